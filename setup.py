@@ -1,0 +1,45 @@
+"""tilex: TileLang-style tile programs compiled through Apache TVM's CUDA codegen.
+
+The CUDA headers in ``src/`` (``src/tilex/*.h``) ship inside the package as ``tilex/_src`` so that the
+generated kernels' ``#include "tilex/..."`` resolve in an installed copy too (see ``tilex.env.include_dir``).
+"""
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _header_globs():
+    """package_data patterns for every header under src/ (explicit per-directory globs, so that old
+    setuptools without '**' support also picks them up)."""
+    pats = {"*.h", "*.cuh", "*.hpp", "**/*.h", "**/*.cuh", "**/*.hpp"}
+    src = os.path.join(HERE, "src")
+    for dirpath, _dirs, _files in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        if rel != ".":
+            for ext in ("h", "cuh", "hpp"):
+                pats.add(f"{rel}/*.{ext}".replace(os.sep, "/"))
+    return sorted(pats)
+
+
+setup(
+    name="tilex",
+    version="0.1.0",
+    description="TileLang-style tile programs compiled through Apache TVM's CUDA codegen",
+    long_description=open(os.path.join(HERE, "README.md")).read() if os.path.exists(os.path.join(HERE, "README.md")) else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["tilex", "tilex.*"]) + ["tilex._src"],
+    package_dir={"tilex._src": "src"},
+    package_data={"tilex._src": _header_globs()},
+    include_package_data=False,
+    install_requires=[
+        "apache-tvm>=0.27,<0.28",
+        "numpy",
+        "torch>=2.4",  # install torch first (CPU: torch==2.13.0; GPU machines: your CUDA build)
+        "pytest",
+    ],
+    extras_require={"tune": ["xgboost", "tqdm"]},
+    zip_safe=False,
+)

@@ -1,0 +1,168 @@
+"""Argument checking of JITKernel, without a GPU (CPU tensors; the device check comes last)."""
+import pytest
+import torch
+import tvm
+
+import tilex
+from tilex.jit.kernel import ArgChecker, normalize_out_idx, torch_to_tvm_dtype, tvm_to_torch_dtype
+
+import jit_kernels
+
+
+@pytest.fixture(scope="module")
+def add_checker():
+    return ArgChecker(jit_kernels.vec_add(1024), out_idx=-1)
+
+
+def test_params_and_outputs(add_checker):
+    assert [p.name for p in add_checker.params] == ["A", "B", "C"]
+    assert [p.name for p in add_checker.inputs] == ["A", "B"]
+    assert [p.name for p in add_checker.outputs] == ["C"]
+    assert add_checker.out_idx == [2]
+
+
+def test_wrong_count(add_checker):
+    a = torch.zeros(1024)
+    with pytest.raises(TypeError, match=r"takes 2 argument\(s\) \(A, B\), got 1"):
+        add_checker.prepare((a,))
+    with pytest.raises(TypeError, match="got 3"):
+        add_checker.prepare((a, a, a))
+
+
+def test_not_a_tensor(add_checker):
+    with pytest.raises(TypeError, match=r"argument 'B' \(index 1\): expected a torch.Tensor, got list"):
+        add_checker.prepare((torch.zeros(1024), [0.0] * 1024))
+
+
+def test_wrong_dtype(add_checker):
+    with pytest.raises(TypeError, match=r"argument 'B' \(index 1\): expected dtype float32, got torch.float16"):
+        add_checker.prepare((torch.zeros(1024), torch.zeros(1024, dtype=torch.float16)))
+
+
+def test_wrong_shape(add_checker):
+    with pytest.raises(ValueError, match=r"argument 'A' \(index 0\): expected shape \(1024,\), got \(1000,\)"):
+        add_checker.prepare((torch.zeros(1000), torch.zeros(1024)))
+    with pytest.raises(ValueError, match=r"argument 'B' \(index 1\): expected a 1-d tensor"):
+        add_checker.prepare((torch.zeros(1024), torch.zeros(32, 32)))
+
+
+def test_non_contiguous(add_checker):
+    a = torch.zeros(2048)[::2]
+    with pytest.raises(ValueError, match=r"argument 'A' \(index 0\): expected a contiguous tensor"):
+        add_checker.prepare((a, torch.zeros(1024)))
+
+
+def test_cpu_tensor_device_error(add_checker):
+    with pytest.raises(ValueError, match=r"argument 'A' \(index 0\): expected a CUDA tensor, got device cpu"):
+        add_checker.prepare((torch.zeros(1024), torch.zeros(1024)))
+
+
+def test_device_checked_after_dtype():
+    # a dtype error on the 2nd argument wins over the device error on the 1st
+    c = ArgChecker(jit_kernels.vec_add(1024), out_idx=[2])
+    with pytest.raises(TypeError, match="argument 'B'"):
+        c.prepare((torch.zeros(1024), torch.zeros(1024, dtype=torch.int32)))
+
+
+def test_symbolic_dims_and_scalars():
+    c = ArgChecker(jit_kernels.mixed(), out_idx=2)
+    assert [p.name for p in c.inputs] == ["A", "W", "k"]
+    A = torch.zeros(5, 8, dtype=torch.float16)
+    W = torch.zeros(8, 64, dtype=torch.bfloat16)
+    # k bound to 8 by A and W, then contradicted by the scalar
+    with pytest.raises(ValueError, match=r"argument 'k' \(index 2\).*already bound to 8"):
+        c.prepare((A, W, 7))
+    # W's first dim must equal A's second
+    with pytest.raises(ValueError, match=r"argument 'W' \(index 1\): dimension 0 is 'k'=4"):
+        c.prepare((A, torch.zeros(4, 64, dtype=torch.bfloat16), 8))
+    with pytest.raises(TypeError, match=r"argument 'k' \(index 2\): expected a Python int"):
+        c.prepare((A, W, 8.0))
+    with pytest.raises(ValueError, match="expected a CUDA tensor"):
+        c.prepare((A, W, 8))
+
+
+def test_scalar_float():
+    c = ArgChecker(jit_kernels.scale_sym(), out_idx=1)
+    assert [p.name for p in c.inputs] == ["A", "alpha"]
+    with pytest.raises(TypeError, match=r"argument 'alpha' \(index 1\): expected a Python float"):
+        c.prepare((torch.zeros(3, 8), "2"))
+    with pytest.raises(ValueError, match="CUDA"):
+        c.prepare((torch.zeros(3, 8), 2))  # int is accepted for a float scalar
+
+
+def test_declared_strides():
+    c = ArgChecker(jit_kernels.strided(), out_idx=1)
+    base = torch.zeros(4, 16)
+    with pytest.raises(ValueError, match="CUDA"):  # strides (16, 1) accepted, only the device fails
+        c.prepare((base[:, :8],))
+    with pytest.raises(ValueError, match=r"argument 'A' \(index 0\): expected strides \(16, 1\), got \(8, 1\)"):
+        c.prepare((torch.zeros(4, 8),))
+
+
+def test_out_idx_forms():
+    assert normalize_out_idx(None, 3) == []
+    assert normalize_out_idx(-1, 3) == [2]
+    assert normalize_out_idx([0, -1], 3) == [0, 2]
+    with pytest.raises(ValueError):
+        normalize_out_idx(3, 3)
+    with pytest.raises(ValueError):
+        normalize_out_idx([1, -2], 3)
+    with pytest.raises(TypeError):
+        normalize_out_idx(["C"], 3)
+    # a scalar cannot be an output
+    with pytest.raises(ValueError, match="scalar"):
+        ArgChecker(jit_kernels.scale_sym(), out_idx=2)
+
+
+def test_output_shape_must_be_known():
+    # B's rows 'm' are known from A when A is an input, but not if A is an output too
+    with pytest.raises(ValueError, match="cannot allocate output"):
+        ArgChecker(jit_kernels.scale_sym(), out_idx=[0, 1])
+
+
+def test_multiple_outputs_order():
+    c = ArgChecker(jit_kernels.vec_add(128), out_idx=[2, 0])
+    assert [p.name for p in c.outputs] == ["C", "A"]
+    assert [p.name for p in c.inputs] == ["B"]
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float64", "int8", "int32", "int64", "uint8",
+                                  "bool", "float8_e4m3fn", "float8_e5m2"])
+def test_dtype_roundtrip(name):
+    t = tvm_to_torch_dtype(name)
+    assert isinstance(t, torch.dtype)
+    assert torch_to_tvm_dtype(t) == name
+    assert tvm_to_torch_dtype(tvm.DataType(name) if hasattr(tvm, "DataType") else name) == t
+
+
+def test_dtype_unknown():
+    with pytest.raises(TypeError):
+        tvm_to_torch_dtype("int4")
+
+
+def test_jitkernel_cpu_machine_flow(monkeypatch):
+    """Without a GPU: compile goes through tilex.engine.build (inside the target scope), yields CUDA source,
+    writes nothing to the cache, and rejects CPU tensors."""
+    from tilex import engine
+    from tilex.jit import kernel as kmod
+
+    seen = {}
+
+    def fake_build(func, target, pass_configs):
+        seen["args"] = (func, target, pass_configs)
+        seen["current"] = tvm.target.Target.current(allow_none=True)
+        return kmod._fallback_build(func, target, pass_configs)
+
+    monkeypatch.setattr(engine, "build", fake_build, raising=False)
+    func = jit_kernels.vec_add(512)
+    k = tilex.compile(func, out_idx=-1, target="sm_80", pass_configs={"tirx.disable_vectorize": True})
+    f, tgt, pc = seen["args"]
+    assert f.same_as(func) and tgt.attrs["arch"] == "sm_80" and pc == {"tirx.disable_vectorize": True}
+    assert seen["current"] is not None and seen["current"].attrs["arch"] == "sm_80"
+    assert "vec_add_k_kernel" in k.get_kernel_source()
+    assert k.symbol == "vec_add_k" and k.func.same_as(func) and k.target.attrs["arch"] == "sm_80"
+    assert [p.name for p in k.params] == ["A", "B", "C"]
+    if not torch.cuda.is_available():
+        assert not k.from_cache
+        with pytest.raises(ValueError, match="expected a CUDA tensor"):
+            k(torch.zeros(512), torch.zeros(512))

@@ -1,0 +1,1 @@
+"""Program -> TVM executable: the tilex lowering pipeline (filled in by tilex.engine.pipeline)."""

@@ -1,0 +1,212 @@
+"""On-disk kernel cache.
+
+Layout: ``<cache dir>/<key[:2]>/<key>/{kernel.so, kernel.cu, meta.json}`` where the cache dir is
+``$TILEX_CACHE_DIR`` or ``~/.cache/tilex``. An entry is written into a temporary directory and then
+renamed into place, so readers never see half-written entries.
+
+The key is the sha256 of the program text (``func.script()``), out_idx, the target, the pass configs,
+the tilex / TVM versions, the nvcc flags and the contents of every header in :func:`tilex.env.include_dir`.
+
+Only modules that hold a **compiled binary** are cached. On a GPU machine TVM compiles CUDA eagerly at
+build time through ``tvm_callback_cuda_compile``, so the exported library contains the cubin. On a
+CPU-only machine the CUDA module only holds source (compilation would happen when it is loaded on a
+GPU), so nothing is written there.
+
+Disable with ``TILEX_DISABLE_CACHE=1`` or :func:`disable`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from typing import Any
+
+from .. import env
+
+__all__ = ["cache_dir", "enabled", "enable", "disable", "make_key", "save", "load", "clear", "stats",
+           "CacheEntry"]
+
+logger = logging.getLogger("tilex.jit.cache")
+
+#: Counters for this process (``hits``, ``misses``, ``writes``, ``skipped``, ``errors``).
+stats: dict[str, int] = {"hits": 0, "misses": 0, "writes": 0, "skipped": 0, "errors": 0}
+
+_enabled_override: bool | None = None
+
+LIB_NAME = "kernel.so"
+SRC_NAME = "kernel.cu"
+META_NAME = "meta.json"
+FORMAT_VERSION = 1
+
+
+def cache_dir() -> str:
+    d = os.environ.get("TILEX_CACHE_DIR")
+    if not d:
+        d = os.path.join(os.path.expanduser("~"), ".cache", "tilex")
+    return d
+
+
+def enabled() -> bool:
+    if _enabled_override is not None:
+        return _enabled_override
+    return os.environ.get("TILEX_DISABLE_CACHE", "").strip().lower() not in ("1", "true", "yes", "on")
+
+
+def enable() -> None:
+    """Enable the cache for this process (overrides ``TILEX_DISABLE_CACHE``)."""
+    global _enabled_override
+    _enabled_override = True
+
+
+def disable() -> None:
+    """Disable the cache for this process."""
+    global _enabled_override
+    _enabled_override = False
+
+
+def reset() -> None:
+    """Forget :func:`enable`/:func:`disable`; go back to the environment variable."""
+    global _enabled_override
+    _enabled_override = None
+
+
+def _headers_digest() -> str:
+    h = hashlib.sha256()
+    root = env.include_dir()
+    for rel in env.header_files():
+        h.update(rel.encode())
+        h.update(b"\0")
+        with open(os.path.join(root, rel), "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (bool, int, float, str)) or obj is None:
+        return obj
+    return str(obj)
+
+
+def _script(func) -> str:
+    try:
+        return func.script()
+    except Exception:  # printing can fail on exotic IR; structural hash is a stable fallback
+        import tvm_ffi
+
+        return "structural_hash:" + str(tvm_ffi.structural_hash(func))
+
+
+def make_key(func, out_idx, target, pass_configs) -> str:
+    """Cache key (hex sha256) of a compilation request."""
+    import tvm
+
+    from . import nvcc
+    from .. import __version__
+
+    payload = {
+        "format": FORMAT_VERSION,
+        "program": _script(func),
+        "out_idx": _jsonable(out_idx),
+        "target": str(target),
+        "pass_configs": _jsonable(pass_configs or {}),
+        "tilex": __version__,
+        "tvm": tvm.__version__,
+        "nvcc_flags": list(nvcc.BASE_FLAGS) + [os.environ.get("TILEX_NVCC_FLAGS", "")],
+        "headers": _headers_digest(),
+    }
+    blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _entry_dir(key: str) -> str:
+    return os.path.join(cache_dir(), key[:2], key)
+
+
+class CacheEntry:
+    """A loaded cache entry: ``module`` (tvm runtime module), ``source`` (CUDA), ``meta`` (dict)."""
+
+    def __init__(self, module, source: str, meta: dict, path: str):
+        self.module = module
+        self.source = source
+        self.meta = meta
+        self.path = path
+
+
+def load(key: str) -> CacheEntry | None:
+    """Load an entry; ``None`` on a miss, when disabled, or when the entry is unreadable."""
+    if not enabled():
+        return None
+    path = _entry_dir(key)
+    meta_path = os.path.join(path, META_NAME)
+    if not os.path.isfile(meta_path):
+        stats["misses"] += 1
+        return None
+    try:
+        import tvm
+
+        with open(meta_path) as f:
+            meta = json.load(f)
+        src_path = os.path.join(path, SRC_NAME)
+        source = open(src_path).read() if os.path.isfile(src_path) else ""
+        module = tvm.runtime.load_module(os.path.join(path, LIB_NAME))
+    except Exception as e:  # corrupt / incompatible entry: treat as a miss
+        logger.warning("tilex cache: could not load %s (%s); recompiling", path, e)
+        stats["errors"] += 1
+        stats["misses"] += 1
+        return None
+    stats["hits"] += 1
+    logger.debug("tilex cache: hit %s", path)
+    return CacheEntry(module, source, meta, path)
+
+
+def save(key: str, executable, source: str, meta: dict | None = None) -> str | None:
+    """Export ``executable`` (``tvm.runtime.Executable`` or a runtime module with ``export_library``)
+    into the cache. Returns the entry path, or ``None`` when disabled or on failure (a warning is logged;
+    caching is never fatal)."""
+    if not enabled():
+        return None
+    final = _entry_dir(key)
+    if os.path.isfile(os.path.join(final, META_NAME)):
+        return final
+    parent = os.path.dirname(final)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".tmp-{key[:8]}-", dir=parent)
+    except OSError as e:
+        logger.warning("tilex cache: cannot create %s (%s)", parent, e)
+        stats["errors"] += 1
+        return None
+    try:
+        executable.export_library(os.path.join(tmp, LIB_NAME))
+        with open(os.path.join(tmp, SRC_NAME), "w") as f:
+            f.write(source or "")
+        with open(os.path.join(tmp, META_NAME), "w") as f:
+            json.dump(_jsonable(dict(meta or {}, key=key, format=FORMAT_VERSION)), f, indent=1)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            # somebody else won the race (final exists and is non-empty): keep theirs
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not os.path.isfile(os.path.join(final, META_NAME)):
+                raise
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        logger.warning("tilex cache: could not write entry %s (%s)", final, e)
+        stats["errors"] += 1
+        return None
+    stats["writes"] += 1
+    return final
+
+
+def clear() -> None:
+    """Remove every entry of the cache directory."""
+    d = cache_dir()
+    if os.path.isdir(d):
+        shutil.rmtree(d, ignore_errors=True)

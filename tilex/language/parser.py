@@ -1,0 +1,23 @@
+"""`T.prim_func`: parse a tile program with TVMScript, then canonicalize tilex's frontend markers."""
+from __future__ import annotations
+
+import tvm
+from tvm.script import tirx as _tvm_T
+
+
+def prim_func(func=None, *, private=False, check_well_formed=False):
+    """Decorator turning a Python function written with `tilex.language` into a TIR PrimFunc."""
+
+    def deco(f):
+        from tilex.transform.frontend_canonicalize import canonicalize
+
+        # the caller's frame is where closures (tile sizes, dtypes) live: let TVMScript capture them
+        parsed = _tvm_T.prim_func(f, private=private, check_well_formed=check_well_formed)
+        return canonicalize(parsed)
+
+    if func is None:
+        return deco
+    return deco(func)
+
+
+prim_func.dispatch_token = "tirx"

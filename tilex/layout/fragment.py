@@ -1,0 +1,245 @@
+"""``Fragment``: register-tile layout mapping a logical index to (thread, local index).
+
+``forward_thread`` is a PrimExpr over the placeholders ``_i0.._i{n-1}`` and, when ``replicate > 1``,
+the replication var ``_rep`` in ``[0, replicate)``; ``forward_index`` are PrimExprs over the placeholders.
+Element ``x`` lives in threads ``{forward_thread(x, r) for r in range(replicate)}``, at local index
+``forward_index(x)`` (the same local slot in every replica).
+"""
+from __future__ import annotations
+
+import math
+
+import tvm
+from tvm import tirx
+
+from ._expr import (
+    LayoutError,
+    as_expr_list,
+    compile_numpy,
+    exprs_equal,
+    extents_of,
+    invert_affine,
+    make_analyzer,
+    placeholders,
+    rep_var,
+    row_major_offset,
+    _is_fn,
+    _PrimExpr,
+    substitute,
+    to_expr,
+)
+from .layout import Layout, _norm_shape
+
+__all__ = ["Fragment"]
+
+
+class Fragment:
+    """Maps a logical index of a register tile to (thread, local index); replicate>1 means each element
+    lives in ``replicate`` threads.
+
+    ``Fragment(shape, thread, index, replicate=1)``:
+      * ``thread``: callable ``(*vars) -> PrimExpr``, or ``(*vars, rep) -> PrimExpr`` when ``replicate > 1``
+        (``rep`` in ``[0, replicate)``); or a prebuilt expr over ``Fragment.placeholders(n)`` (+ ``Fragment.rep_var``).
+      * ``index``: callable ``(*vars) -> PrimExpr | list[PrimExpr]`` (local index, usually 1-d), or prebuilt exprs.
+    """
+
+    placeholders = staticmethod(placeholders)
+    rep_var = rep_var()
+
+    def __init__(self, shape, thread, index, replicate: int = 1):
+        self.input_shape = _norm_shape(shape)
+        self._replicate = int(replicate)
+        if self._replicate < 1:
+            raise LayoutError(f"replicate must be >= 1, got {replicate}")
+        self.vars = placeholders(len(self.input_shape))
+        if _is_fn(thread):
+            t = thread(*self.vars, self.rep_var) if self._replicate > 1 else thread(*self.vars)
+        else:
+            t = thread
+        idx = index(*self.vars) if _is_fn(index) else index
+        ana = self._analyzer()
+        self.forward_thread = ana.simplify(to_expr(t))
+        self.forward_index = tuple(ana.simplify(e) for e in as_expr_list(idx))
+        if len(self.forward_index) == 0:
+            raise LayoutError("a fragment needs at least one local index expression")
+        (self.thread_extent,) = extents_of([self.forward_thread], self._all_vars(), self._full_shape(),
+                                           "fragment thread")
+        self.local_shape = extents_of(self.forward_index, self.vars, self.input_shape, "fragment local index")
+        self.local_size = math.prod(self.local_shape)
+        self._inverse_cache = None
+        self._np_fn = None
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def replicate(self) -> int:
+        """Replication factor (an ``int``); also callable: ``frag.replicate(n)`` == ``frag.replicate_by(n)``."""
+        return _ReplicateCount(self._replicate, self)
+
+    def _all_vars(self):
+        return tuple(self.vars) + (self.rep_var,)
+
+    def _full_shape(self):
+        return tuple(self.input_shape) + (self._replicate,)
+
+    def _analyzer(self):
+        return make_analyzer(self._all_vars(), self._full_shape())
+
+    @property
+    def ndim(self) -> int:
+        return len(self.input_shape)
+
+    def _check_indices(self, indices):
+        indices = as_expr_list(indices)
+        if len(indices) != self.ndim:
+            raise LayoutError(f"fragment expects {self.ndim} indices, got {len(indices)}")
+        return indices
+
+    # ------------------------------------------------------------------ mapping
+    def map_thread(self, indices, rep=0, analyzer=None) -> _PrimExpr:
+        """Thread holding logical ``indices`` (replica ``rep``)."""
+        vmap = dict(zip(self.vars, self._check_indices(indices)))
+        vmap[self.rep_var] = to_expr(rep)
+        ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
+        return ana.simplify(substitute(self.forward_thread, vmap))
+
+    def map_index(self, indices, analyzer=None) -> list:
+        """Local (register) index of logical ``indices``."""
+        vmap = dict(zip(self.vars, self._check_indices(indices)))
+        ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
+        return [ana.simplify(substitute(e, vmap)) for e in self.forward_index]
+
+    def local_offset(self, indices, analyzer=None) -> _PrimExpr:
+        """Row-major linearization of ``map_index(indices)`` over ``local_shape``."""
+        ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
+        return ana.simplify(row_major_offset(self.map_index(indices, ana), self.local_shape))
+
+    def map_numpy(self, *index_arrays, rep=0):
+        """Evaluate on integer numpy arrays: returns ``(thread, [local_0, ...])`` int64 arrays (broadcasting)."""
+        if self._np_fn is None:
+            self._np_fn = compile_numpy((self.forward_thread,) + self.forward_index, self._all_vars())
+        out = self._np_fn(*index_arrays, rep)
+        return out[0], out[1:]
+
+    # ------------------------------------------------------------------ algebra
+    def inverse(self) -> Layout:
+        """Layout ``(thread, *local_shape) -> (*logical, [rep])`` (trailing rep output iff replicate > 1).
+
+        Requires the map ``(x, rep) -> (thread, *local)`` to be a bijection onto
+        ``[0, thread_extent) x local_shape`` with affine (div/mod) structure; raises ``LayoutError`` otherwise.
+        """
+        if self._inverse_cache is not None:
+            return self._inverse_cache
+        if self._replicate > 1:
+            in_vars, extents = self._all_vars(), self._full_shape()
+        else:
+            in_vars, extents = tuple(self.vars), tuple(self.input_shape)
+        dom = math.prod(extents)
+        img = self.thread_extent * self.local_size
+        if dom != img:
+            raise LayoutError(f"fragment {self} is not bijective onto (thread, local): "
+                              f"{dom} (element, replica) pairs vs {self.thread_extent} threads x "
+                              f"{self.local_size} registers")
+        out_shape = (self.thread_extent,) + tuple(self.local_shape)
+        out_vars = placeholders(len(out_shape))
+        exprs = invert_affine((self.forward_thread,) + self.forward_index, in_vars, extents, out_vars,
+                              f"fragment {self}")
+        self._inverse_cache = Layout(out_shape, exprs, output_shape=extents)
+        return self._inverse_cache
+
+    def repeat(self, repeats, on_thread: bool, lower_dim_first: bool = True) -> "Fragment":
+        """Tile this fragment ``repeats[d]`` times along each dim d (new shape ``shape[d] * repeats[d]``).
+
+        Element ``x`` of the result belongs to tile ``t_d = x_d // shape[d]`` at inner position
+        ``x_d % shape[d]``.  Tiles are numbered by ``tile_id``:
+
+          * ``lower_dim_first=True``: row-major over ``repeats`` -- the LAST dim varies fastest
+            (``tile_id = sum_d t_d * prod(repeats[d+1:])``);
+          * ``lower_dim_first=False``: column-major -- the FIRST dim varies fastest
+            (``tile_id = sum_d t_d * prod(repeats[:d])``).
+
+        ``on_thread=True``: ``thread += tile_id * thread_extent`` (local index unchanged).
+        ``on_thread=False``: the local index becomes 1-d,
+        ``local = tile_id * local_size + row_major(inner local)`` (thread unchanged).
+        """
+        repeats = tuple(int(r) for r in (repeats if isinstance(repeats, (tuple, list)) else (repeats,)))
+        if len(repeats) != self.ndim or any(r < 1 for r in repeats):
+            raise LayoutError(f"repeats {repeats} must give a positive count for each of the {self.ndim} dims")
+        new_shape = tuple(s * r for s, r in zip(self.input_shape, repeats))
+        nv = placeholders(self.ndim)
+        inner = {v: (tirx.floormod(x, s) if r > 1 else x)
+                 for v, x, s, r in zip(self.vars, nv, self.input_shape, repeats)}
+        tiles = [tirx.floordiv(x, s) if r > 1 else to_expr(0) for x, s, r in zip(nv, self.input_shape, repeats)]
+        order = range(self.ndim) if lower_dim_first else reversed(range(self.ndim))
+        tile_id = to_expr(0)
+        for d in order:
+            tile_id = tile_id * repeats[d] + tiles[d]
+        thread = substitute(self.forward_thread, inner)
+        if on_thread:
+            thread = thread + tile_id * self.thread_extent
+            index = [substitute(e, inner) for e in self.forward_index]
+        else:
+            local = row_major_offset([substitute(e, inner) for e in self.forward_index], self.local_shape)
+            index = [tile_id * self.local_size + local]
+        return Fragment(new_shape, thread, index, replicate=self._replicate)
+
+    def replicate_by(self, n: int) -> "Fragment":  # also reachable as ``frag.replicate(n)``
+        """Each element additionally held by ``n`` thread groups.
+
+        New replication var ``r`` in ``[0, replicate * n)``: old replica ``r % replicate``,
+        new group ``r // replicate``; ``thread = old_thread(x, r % replicate) + (r // replicate) * thread_extent``.
+        """
+        n = int(n)
+        if n < 1:
+            raise LayoutError(f"replicate factor must be >= 1, got {n}")
+        if n == 1:
+            return self
+        r = self.rep_var
+        old = self._replicate
+        old_rep = tirx.floormod(r, old) if old > 1 else to_expr(0)
+        group = tirx.floordiv(r, old) if old > 1 else r
+        thread = substitute(self.forward_thread, {r: old_rep}) + group * self.thread_extent
+        return Fragment(self.input_shape, thread, list(self.forward_index), replicate=old * n)
+
+    @staticmethod
+    def fully_replicated(shape, threads: int) -> "Fragment":
+        """Every thread holds the whole tile: thread = rep, local = row-major offset, replicate = threads."""
+        shape = _norm_shape(shape)
+        nv = placeholders(len(shape))
+        return Fragment(shape, Fragment.rep_var if threads > 1 else to_expr(0),
+                        [row_major_offset(nv, shape)], replicate=threads)
+
+    def is_equal(self, other) -> bool:
+        """Same shapes / replication / extents and provably equal thread and index expressions."""
+        if not isinstance(other, Fragment):
+            return False
+        if (self.input_shape, self._replicate, self.thread_extent, self.local_shape) != (
+                other.input_shape, other._replicate, other.thread_extent, other.local_shape):
+            return False
+        return exprs_equal((self.forward_thread,) + self.forward_index,
+                           (other.forward_thread,) + other.forward_index,
+                           self._all_vars(), self._full_shape())
+
+    def __repr__(self) -> str:
+        args = ", ".join(v.name for v in self.vars)
+        rep = f", replicate={self._replicate} (rep={self.rep_var.name})" if self._replicate > 1 else ""
+        idx = ", ".join(str(e) for e in self.forward_index)
+        return (f"Fragment({self.input_shape}{rep}: ({args}) -> thread {self.forward_thread} "
+                f"[0, {self.thread_extent}), local ({idx}) {self.local_shape})")
+
+
+# ``Fragment.replicate`` is both an int attribute (the replication factor, set per instance) and, per the
+# API, a method ``frag.replicate(n)``.  An instance attribute would shadow a method, so the factor is stored
+# in an int subclass that is also callable.
+class _ReplicateCount(int):
+    """The replication factor (an int) which can also be called: ``frag.replicate(n)`` replicates ``n`` times."""
+
+    def __new__(cls, value, frag):
+        obj = super().__new__(cls, value)
+        obj._frag = frag
+        return obj
+
+    def __call__(self, n: int) -> "Fragment":
+        return Fragment.replicate_by(self._frag, n)
+
+    def __reduce__(self):
+        return (int, (int(self),))

@@ -1,0 +1,127 @@
+"""The tile-operator interface and the contexts the passes hand to it."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import tvm
+from tvm import tirx
+
+
+class InferLevel(enum.IntEnum):
+    """Layout-inference priority: strict operators pin layouts first, free loops choose last."""
+
+    STRICT = 0
+    COMMON = 1
+    FREE = 2
+
+
+class LayoutConflictError(ValueError):
+    """Two operators want different layouts for one buffer."""
+
+
+class TileOpError(ValueError):
+    """A tile operator was used in a way tilex does not support (with the reason)."""
+
+
+def scope_of(buffer) -> str:
+    return buffer.scope()
+
+
+def is_global(buffer):
+    return scope_of(buffer) in ("global", "")
+
+
+def is_shared(buffer):
+    return scope_of(buffer).startswith("shared")
+
+
+def is_fragment(buffer):
+    return scope_of(buffer) == "local.fragment"
+
+
+def is_local(buffer):
+    return scope_of(buffer) == "local"
+
+
+@dataclass
+class InferContext:
+    """What an operator may read while inferring layouts."""
+
+    layout_map: dict
+    threads: int
+    target: object = None
+    analyzer: object = field(default_factory=tvm.sym.Analyzer)
+
+
+@dataclass
+class LowerContext:
+    """What an operator may use while lowering itself to per-thread TIR."""
+
+    layout_map: dict
+    thread_var: tirx.Var
+    threads: int
+    target: object
+    analyzer: object
+    remap: dict  # logical buffer -> physical (flattened / per-thread) buffer
+    arch: int = 80
+
+    def layout(self, buffer):
+        return self.layout_map.get(buffer)
+
+    def physical_index(self, buffer, indices):
+        """(physical buffer, flat index list) for a logical access ``buffer[indices]``.
+
+        Shared buffers go through their layout (row-major if none); fragments through their Fragment's local
+        index (valid only where this thread owns the element); other buffers are left as they are.
+        """
+        from tilex.layout import Fragment  # local import: layout package is independent
+
+        if buffer not in self.remap:
+            return buffer, list(indices)
+        phys = self.remap[buffer]
+        lay = self.layout_map.get(buffer)
+        if is_fragment(buffer):
+            assert isinstance(lay, Fragment), f"fragment {buffer.name} has no layout"
+            return phys, [lay.local_offset(list(indices))]
+        if lay is None:
+            return phys, [row_major_offset(indices, buffer.shape)]
+        return phys, [lay.offset(list(indices))]
+
+    def load(self, buffer, indices):
+        phys, idx = self.physical_index(buffer, indices)
+        return tirx.BufferLoad(phys, idx)
+
+    def store(self, buffer, value, indices):
+        phys, idx = self.physical_index(buffer, indices)
+        return tirx.BufferStore(phys, value, idx)
+
+
+def row_major_offset(indices, shape):
+    off = tirx.const(0, "int32")
+    for i, s in zip(indices, shape):
+        off = off * s + i
+    return off
+
+
+class TileOp:
+    """A tile-level operator carried by a TIR Call. Subclasses set `op_name` via @register_tile_op."""
+
+    op_name = "tilex.?"
+
+    @classmethod
+    def from_call(cls, call):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def buffers(self):
+        """Buffers this operator touches (used to propagate layout changes)."""
+        return []
+
+    def infer_layout(self, ctx: InferContext, level: InferLevel) -> dict:
+        return {}
+
+    def lower(self, ctx: LowerContext):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def describe(self):
+        return self.op_name

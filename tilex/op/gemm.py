@@ -1,0 +1,197 @@
+"""`T.gemm`: C += A @ B on tensor cores, for tiles in shared memory (A, B) and a register fragment (C).
+
+sm80+ path: each warp owns a (wm, wn) sub-tile of C; per 16-wide k step it loads A and B with ``ldmatrix`` from
+swizzled shared memory and issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate). Layout inference pins
+the swizzled shared layouts of A and B and the mma accumulator fragment of C at the strict level.
+"""
+from __future__ import annotations
+
+import enum
+
+import tvm
+from tvm import tirx
+
+from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
+from tilex.op.partition import analyzer_scope, static_shape
+from tilex.op.region import READ, READ_WRITE, Region, to_region
+from tilex.op.registry import register_tile_op
+
+
+class GemmWarpPolicy(enum.IntEnum):
+    """How the warps of a block split the C tile (as in TileLang)."""
+
+    Square = 0
+    FullRow = 1
+    FullCol = 2
+
+
+def gemm_call(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False,
+              k_pack=1, wg_wait=0):
+    if k_pack != 1:
+        raise TileOpError("T.gemm: k_pack != 1 is not supported")
+    return tirx.call_intrin("handle", "tilex.gemm", to_region(A).to_call(READ), to_region(B).to_call(READ),
+                            to_region(C).to_call(READ_WRITE), int(bool(transpose_A)), int(bool(transpose_B)),
+                            int(policy), int(bool(clear_accum)))
+
+
+def partition_warps(m, n, num_warps, policy=GemmWarpPolicy.Square):
+    """(warps along M, warps along N) for an (m, n) C tile: each warp tile must be a multiple of 16 x 8."""
+    options = []
+    for wm in range(1, num_warps + 1):
+        if num_warps % wm:
+            continue
+        wn = num_warps // wm
+        if m % (16 * wm) == 0 and n % (8 * wn) == 0:
+            options.append((wm, wn))
+    if not options:
+        raise TileOpError(f"T.gemm: a {m}x{n} C tile cannot be split over {num_warps} warps "
+                          f"(each warp needs a multiple of 16x8); change the tile or thread count")
+    if policy == GemmWarpPolicy.FullRow:
+        return max(options, key=lambda o: o[0])
+    if policy == GemmWarpPolicy.FullCol:
+        return max(options, key=lambda o: o[1])
+    # Square: most balanced warp tile, ties to more warps along M
+    return min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[0]))
+
+
+_IN_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
+
+
+@register_tile_op("tilex.gemm")
+class GemmOp(TileOp):
+    def __init__(self, A: Region, B: Region, C: Region, trans_a=False, trans_b=False, policy=0, clear_accum=False):
+        self.A, self.B, self.C = A, B, C
+        self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
+        self.policy = GemmWarpPolicy(policy)
+        self.clear_accum = bool(clear_accum)
+        a = static_shape(A.shape, "T.gemm A")
+        b = static_shape(B.shape, "T.gemm B")
+        c = static_shape(C.shape, "T.gemm C")
+        if len(a) != 2 or len(b) != 2 or len(c) != 2:
+            raise TileOpError(f"T.gemm expects 2-d tiles, got A{a} B{b} C{c}")
+        self.M, self.K = (a[1], a[0]) if self.trans_a else (a[0], a[1])
+        kb, self.N = (b[1], b[0]) if self.trans_b else (b[0], b[1])
+        if kb != self.K or c != [self.M, self.N]:
+            raise TileOpError(
+                f"T.gemm shape mismatch: A{a}{'^T' if self.trans_a else ''} x B{b}{'^T' if self.trans_b else ''} "
+                f"-> C{c} (M={self.M}, N={self.N}, K={self.K}, B gives K={kb})")
+
+    @classmethod
+    def from_call(cls, call):
+        r = [Region.from_call(x) for x in call.args[:3]]
+        flags = [int(x.value) for x in call.args[3:7]]
+        return cls(*r, *flags)
+
+    def buffers(self):
+        return [self.A.buffer, self.B.buffer, self.C.buffer]
+
+    def describe(self):
+        return f"T.gemm({self.A}, {self.B}, {self.C})"
+
+    def _check(self, threads):
+        a, b, c = self.A.buffer, self.B.buffer, self.C.buffer
+        if not is_fragment(c):
+            raise TileOpError(f"T.gemm: C ('{c.name}') must be a fragment (T.alloc_fragment), got scope {c.scope()}")
+        for name, buf in (("A", a), ("B", b)):
+            if not is_shared(buf):
+                raise TileOpError(f"T.gemm: {name} ('{buf.name}') in scope '{buf.scope()}' is not supported yet; "
+                                  f"put it in shared memory (T.alloc_shared)")
+        if str(a.dtype) != str(b.dtype) or str(a.dtype) not in _IN_DTYPES or str(c.dtype) != "float32":
+            raise TileOpError(f"T.gemm: unsupported dtypes A={a.dtype}, B={b.dtype}, C={c.dtype}; "
+                              f"supported: float16/bfloat16 inputs with a float32 accumulator")
+        if self.K % 16:
+            raise TileOpError(f"T.gemm: K tile {self.K} must be a multiple of 16")
+        if threads % 32:
+            raise TileOpError(f"T.gemm needs whole warps, the kernel has {threads} threads")
+        return partition_warps(self.M, self.N, threads // 32, self.policy)
+
+    def infer_layout(self, ctx, level):
+        from tilex.layout import make_mma_accumulator_fragment, make_swizzled_layout
+
+        if level != InferLevel.STRICT:
+            return {}
+        wm, wn = self._check(ctx.threads)
+        out = {}
+        for r in (self.A, self.B):
+            buf = r.buffer
+            if ctx.layout_map.get(buf) is None and buf not in out:
+                shape = [int(s) for s in buf.shape]
+                lay = make_swizzled_layout(shape[-2], shape[-1], tvm.DataType(str(buf.dtype)).bits)
+                if len(shape) > 2:
+                    lay = lay.expand(shape[:-2])
+                out[buf] = lay
+        c = self.C.buffer
+        if [int(s) for s in c.shape] != [self.M, self.N]:
+            raise TileOpError(f"T.gemm: C must be a whole {self.M}x{self.N} fragment, got {c.name}{list(c.shape)}")
+        out[c] = make_mma_accumulator_fragment(self.M, self.N, wm, wn)
+        return out
+
+    def lower(self, ctx):
+        wm_n, wn_n = self._check(ctx.threads)
+        wm, wn = self.M // wm_n, self.N // wn_n
+        mi_n, ni_n = wm // 16, wn // 8
+        in_ty = _IN_DTYPES[str(self.A.buffer.dtype)]
+        t = ctx.thread_var
+        lane = tirx.floormod(t, 32)
+        warp = tirx.floordiv(t, 32)
+        wi = tirx.floordiv(warp, wn_n)
+        wj = tirx.floormod(warp, wn_n)
+        a_frag = tirx.decl_buffer((mi_n * 8,), self.A.buffer.dtype, "A_frag", scope="local")
+        b_frag = tirx.decl_buffer((ni_n * 4,), self.B.buffer.dtype, "B_frag", scope="local")
+        c_loc = ctx.remap[self.C.buffer]
+        ki, mi, ni, nj = (tirx.Var(n, "int32") for n in ("ki", "mi", "ni", "nj"))
+        grp = tirx.floordiv(lane, 8)
+        r8 = tirx.floormod(lane, 8)
+
+        def smem_ptr(region, row, col):
+            buf, idx = ctx.physical_index(region.buffer, region.index([row, col]))
+            with analyzer_scope(ctx.analyzer, {t: tvm.ir.Range(0, ctx.threads)}):
+                off = ctx.analyzer.simplify(idx[0])
+            return buf.access_ptr("r", offset=off, extent=8)
+
+        def frag_ptr(buf, off):
+            return buf.access_ptr("w", offset=off, extent=1)
+
+        # A: rows m, cols k (or the transpose in memory)
+        m_base = wi * wm + mi * 16
+        if not self.trans_a:
+            a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16), ki * 16 + tirx.floordiv(lane, 16) * 8)
+            load_a = _extern("tilex::ldmatrix_x4", frag_ptr(a_frag, mi * 8), a_ptr)
+        else:
+            a_ptr = smem_ptr(self.A, ki * 16 + r8 + tirx.floordiv(grp, 2) * 8, m_base + tirx.floormod(grp, 2) * 8)
+            load_a = _extern("tilex::ldmatrix_x4_trans", frag_ptr(a_frag, mi * 8), a_ptr)
+        load_a = tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, load_a)
+
+        # B: two n8 tiles per ldmatrix.x4; an odd last tile uses ldmatrix.x2
+        def load_b(n_base, x4):
+            suffix = "x4" if x4 else "x2"
+            g = grp if x4 else tirx.floormod(grp, 2)
+            if not self.trans_b:
+                ptr = smem_ptr(self.B, ki * 16 + r8 + tirx.floormod(g, 2) * 8, n_base + tirx.floordiv(g, 2) * 8)
+                return f"tilex::ldmatrix_{suffix}_trans", ptr
+            ptr = smem_ptr(self.B, n_base + r8 + tirx.floordiv(g, 2) * 8, ki * 16 + tirx.floormod(g, 2) * 8)
+            return f"tilex::ldmatrix_{suffix}", ptr
+
+        stmts = [load_a]
+        if ni_n // 2:
+            fn, ptr = load_b(wj * wn + nj * 16, True)
+            stmts.append(tirx.For(nj, 0, ni_n // 2, tirx.ForKind.UNROLLED,
+                                  _extern(fn, frag_ptr(b_frag, nj * 8), ptr)))
+        if ni_n % 2:
+            fn, ptr = load_b(wj * wn + (ni_n - 1) * 8, False)
+            stmts.append(_extern(fn, frag_ptr(b_frag, (ni_n - 1) * 4), ptr))
+        mma = _extern(f"tilex::mma_m16n8k16_{in_ty}", c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4),
+                      a_frag.access_ptr("r", offset=mi * 8, extent=8), b_frag.access_ptr("r", offset=ni * 4, extent=4))
+        stmts.append(tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, tirx.For(ni, 0, ni_n, tirx.ForKind.UNROLLED, mma)))
+        body = tirx.For(ki, 0, self.K // 16, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
+        prologue = [tirx.AllocBuffer(a_frag), tirx.AllocBuffer(b_frag)]
+        if self.clear_accum:
+            z = tirx.Var("z", "int32")
+            frag = ctx.layout_map[self.C.buffer]
+            prologue.append(tirx.For(z, 0, frag.local_size, tirx.ForKind.UNROLLED,
+                                     tirx.BufferStore(c_loc, tirx.const(0, "float32"), [z])))
+        return tirx.SeqStmt(prologue + [body])
+
+
+def _extern(name, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))

@@ -1,0 +1,224 @@
+"""Partitioning an element-wise loop nest over the threads of a block.
+
+Every SIMT tile operation (copy, fill, T.Parallel) is a loop nest over a tile. It is lowered in one of two ways:
+
+* by a loop layout (a Fragment): thread ``t`` runs the elements it owns, found through the Fragment's inverse,
+  local index by local index (register tiles stay in registers because local indices are compile-time);
+* by a coalesced plan: the flattened tile is dealt out in vectors of ``v`` elements to consecutive threads.
+
+In both cases the innermost ``v`` elements become a vectorized loop when every access allows it.
+"""
+from __future__ import annotations
+
+import math
+
+import tvm
+from tvm import tirx
+
+from tilex.op.base import TileOpError, row_major_offset
+
+
+def substitute(node, mapping):
+    """Replace Vars in an expression or statement (mapping: Var -> PrimExpr)."""
+    if not mapping:
+        return node
+    import tvm_ffi
+
+    def f(v):
+        return mapping.get(v, v)
+
+    return tvm_ffi.structural_map(node, (tvm.ir.Var, f))
+
+
+def unflatten(flat, shape):
+    idx = []
+    for s in reversed(shape):
+        idx.append(tirx.floormod(flat, s))
+        flat = tirx.floordiv(flat, s)
+    return list(reversed(idx))
+
+
+def _int(x):
+    if isinstance(x, int):
+        return x
+    if isinstance(x, tirx.IntImm):
+        return int(x.value)
+    return None
+
+
+def static_shape(extents, what):
+    out = []
+    for e in extents:
+        v = _int(e)
+        if v is None:
+            raise TileOpError(f"{what}: tile extents must be compile-time constants, got {list(extents)}")
+        out.append(v)
+    return out
+
+
+def coalesced_plan(extents, threads, vector):
+    """A Fragment dealing a tile out row-major in `vector`-element chunks to consecutive threads."""
+    from tilex.layout import Fragment
+
+    total = math.prod(extents)
+    per_round = threads * vector
+    if total % per_round != 0 and total > per_round:
+        return None
+    if total < per_round:
+        # fewer elements than one round: threads beyond total//vector stay idle
+        def thread_fn(*ix):
+            return tirx.floordiv(row_major_offset(ix, extents), vector)
+
+        def index_fn(*ix):
+            return tirx.floormod(row_major_offset(ix, extents), vector)
+
+        return Fragment(extents, thread_fn, index_fn)
+
+    def thread_fn(*ix):
+        return tirx.floormod(tirx.floordiv(row_major_offset(ix, extents), vector), threads)
+
+    def index_fn(*ix):
+        flat = row_major_offset(ix, extents)
+        return tirx.floordiv(flat, per_round) * vector + tirx.floormod(flat, vector)
+
+    return Fragment(extents, thread_fn, index_fn)
+
+
+def pick_vector(extents, threads, elem_bits, accesses, analyzer, bind, max_bits=128):
+    """Largest vector width (elements) valid for every access in `accesses`.
+
+    accesses: list of (buffer, index_fn) where index_fn(tile_indices) gives the buffer indices of a tile element;
+    a width v is valid if the innermost tile extent is a multiple of v and, for each access, the innermost buffer
+    index moves with the innermost tile index and the flattened offset of a vector's first element is a multiple
+    of v (so vector loads/stores are aligned).
+    """
+    inner = extents[-1]
+    v = max(1, max_bits // elem_bits)
+    while v > 1:
+        if inner % v == 0 and all(access_vectorizable(b, fn, extents, v, analyzer, bind) for b, fn in accesses):
+            return v
+        v //= 2
+    return 1
+
+
+def access_vectorizable(buffer, index_fn, extents, v, analyzer, bind):
+    probe = [tirx.Var(f"_p{d}", "int32") for d in range(len(extents))]
+    with analyzer_scope(analyzer, {**bind, **{p: tvm.ir.Range(0, e) for p, e in zip(probe, extents)}}):
+        idx = index_fn([*probe[:-1], probe[-1] * v])
+        idx_next = index_fn([*probe[:-1], probe[-1] * v + 1])
+        # innermost buffer index must advance by exactly 1 with the innermost tile index, others stay
+        for d, (a, b) in enumerate(zip(idx, idx_next)):
+            delta = analyzer.simplify(b - a)
+            want = 1 if d == len(idx) - 1 else 0
+            if not (isinstance(delta, tirx.IntImm) and delta.value == want):
+                return False
+        shape = buffer.shape
+        if any(_int(s) is None for s in shape[-1:]):
+            return False
+        flat = row_major_offset(idx, shape)
+        return analyzer.can_prove_equal(tirx.floormod(flat, v), 0)
+
+
+class analyzer_scope:
+    """Bind loop/thread vars to ranges in an Analyzer for the duration of a `with` block."""
+
+    def __init__(self, analyzer, bind):
+        self.analyzer, self.bind = analyzer, bind
+
+    def __enter__(self):
+        for var, rng in self.bind.items():
+            self.analyzer.bind(var, rng, allow_override=True)
+        return self.analyzer
+
+    def __exit__(self, *exc):
+        return False
+
+
+def emit_by_plan(ctx, extents, vector, make_body, name="i"):
+    """Per-thread loop over a tile dealt out by the coalesced plan.
+
+    make_body(indices, guard_indices) -> Stmt builds one (vector of) element(s); `guard_indices` are the indices of
+    the vector's first element (use them for bounds checks so the check does not depend on the vector lane).
+    """
+    t = ctx.thread_var
+    total = math.prod(extents)
+    per_round = ctx.threads * vector
+    rounds = -(-total // per_round)
+    it = tirx.Var(f"{name}_it", "int32")
+    lv = tirx.Var(f"{name}_v", "int32")
+    flat = (it * ctx.threads + t) * vector + lv
+    indices = unflatten(flat, extents)
+    guard_indices = unflatten((it * ctx.threads + t) * vector, extents)
+    body = make_body(indices, guard_indices)
+    if total % per_round != 0:
+        body = tirx.IfThenElse((it * ctx.threads + t) * vector < total, body, None)
+    body = _vector_loop(lv, vector, body)
+    return _loop(it, rounds, body, unroll=rounds <= 16)
+
+
+def emit_by_fragment(ctx, frag, vector, make_body, name="i"):
+    """Per-thread loop over the elements this thread owns under Fragment `frag` (see emit_by_plan)."""
+    t = ctx.thread_var
+    if frag.thread_extent > ctx.threads:
+        raise TileOpError(
+            f"layout {frag} needs {frag.thread_extent} threads but the kernel has {ctx.threads}")
+    inv = frag.inverse()
+    lo = tirx.Var(f"{name}_l", "int32")
+    lv = tirx.Var(f"{name}_v", "int32")
+    nlocal = frag.local_size
+    l_flat = lo * vector + lv
+    local_idx = unflatten(l_flat, list(frag.local_shape))
+    logical = inv.map([t, *local_idx])[: len(frag.input_shape)]
+    guard_local = unflatten(lo * vector, list(frag.local_shape))
+    guard_logical = inv.map([t, *guard_local])[: len(frag.input_shape)]
+    with analyzer_scope(ctx.analyzer, {t: tvm.ir.Range(0, ctx.threads), lo: tvm.ir.Range(0, nlocal // vector),
+                                        lv: tvm.ir.Range(0, vector)}):
+        logical = [ctx.analyzer.simplify(e) for e in logical]
+        guard_logical = [ctx.analyzer.simplify(e) for e in guard_logical]
+    body = make_body(logical, guard_logical, l_flat)
+    body = _vector_loop(lv, vector, body)
+    body = _loop(lo, nlocal // vector, body, unroll=True)
+    if frag.thread_extent < ctx.threads:
+        body = tirx.IfThenElse(t < frag.thread_extent, body, None)
+    return body
+
+
+def fragment_vector_width(frag, max_vec, analyzer):
+    """Largest v <= max_vec such that local indices l*v .. l*v+v-1 hold consecutive innermost logical elements."""
+    inv = frag.inverse()
+    t = tirx.Var("_t", "int32")
+    nd = len(frag.input_shape)
+    v = max_vec
+    while v > 1:
+        if frag.local_size % v == 0 and len(frag.local_shape) >= 1:
+            lo = tirx.Var("_lo", "int32")
+            local0 = unflatten(lo * v, list(frag.local_shape))
+            local1 = unflatten(lo * v + 1, list(frag.local_shape))
+            with analyzer_scope(analyzer, {t: tvm.ir.Range(0, frag.thread_extent),
+                                            lo: tvm.ir.Range(0, frag.local_size // v)}):
+                a = inv.map([t, *local0])[:nd]
+                b = inv.map([t, *local1])[:nd]
+                ok = True
+                for d in range(nd):
+                    delta = analyzer.simplify(b[d] - a[d])
+                    want = 1 if d == nd - 1 else 0
+                    if not (isinstance(delta, tirx.IntImm) and delta.value == want):
+                        ok = False
+                        break
+                if ok and analyzer.can_prove_equal(tirx.floormod(a[nd - 1], v), 0):
+                    return v
+        v //= 2
+    return 1
+
+
+def _vector_loop(var, extent, body):
+    if extent == 1:
+        return substitute(body, {var: tirx.const(0, "int32")})
+    return tirx.For(var, 0, extent, tirx.ForKind.VECTORIZED, body)
+
+
+def _loop(var, extent, body, unroll):
+    if extent == 1:
+        return substitute(body, {var: tirx.const(0, "int32")})
+    kind = tirx.ForKind.UNROLLED if unroll else tirx.ForKind.SERIAL
+    return tirx.For(var, 0, extent, kind, body)

@@ -1,0 +1,49 @@
+"""Registry of tile operators: TVM op name -> Python class with `infer_layout` and `lower` hooks."""
+from __future__ import annotations
+
+import tvm
+from tvm.ir import Op
+from tvm.tirx.expr import CallEffectKind
+
+_TILE_OPS: dict[str, type] = {}
+_REGISTERED_INTRINSICS: set[str] = set()
+
+
+def register_intrinsic(name, printer_name=None):
+    """Create (once) an opaque TVM op called `name` (e.g. ``tilex.copy``)."""
+    if name in _REGISTERED_INTRINSICS:
+        return
+    op_exists = True
+    try:
+        op = Op.get(name)
+        op_exists = op.has_attr("TCallEffectKind")
+    except Exception:  # noqa: BLE001 - op not known yet
+        op_exists = False
+    if not op_exists:
+        tvm.ir.register_op_attr(name, "TCallEffectKind", CallEffectKind.Opaque.value, level=10)
+        tvm.ir.register_op_attr(name, "TScriptPrinterName", printer_name or name.replace(".", "_"), level=10)
+    _REGISTERED_INTRINSICS.add(name)
+
+
+def register_tile_op(name):
+    """Class decorator: register a tile operator under the TVM op `name`."""
+
+    def deco(cls):
+        register_intrinsic(name)
+        cls.op_name = name
+        _TILE_OPS[name] = cls
+        return cls
+
+    return deco
+
+
+def parse_tile_op(call):
+    """Build the tile-operator object for a TIR Call, or None if the call is not a tile op."""
+    if not isinstance(call, tvm.ir.Call) or not isinstance(call.op, Op):
+        return None
+    cls = _TILE_OPS.get(call.op.name)
+    return cls.from_call(call) if cls is not None else None
+
+
+def tile_op_names():
+    return sorted(_TILE_OPS)

@@ -1,0 +1,60 @@
+"""FrontendCanonicalize: turn frontend markers into plain TIR right after parsing.
+
+Consumes: a parsed PrimFunc in which each multi-dim ``T.Parallel`` is a ``tilex.parallel_marker(n)`` statement
+followed by an n-deep serial grid.  Produces: the same function with those n loops as ForKind.PARALLEL and the
+markers removed.
+"""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.ir import Op
+
+from tilex.language.loop import PARALLEL_MARKER
+from tilex.op.registry import register_intrinsic
+
+register_intrinsic(PARALLEL_MARKER)
+
+
+def _marker_depth(stmt):
+    if isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) \
+            and isinstance(stmt.value.op, Op) and stmt.value.op.name == PARALLEL_MARKER:
+        return int(stmt.value.args[0].value)
+    return 0
+
+
+def _make_parallel(loop, depth):
+    if depth == 0:
+        return loop
+    if not isinstance(loop, tirx.For):
+        raise ValueError("internal: T.Parallel marker is not followed by its loop nest")
+    body = _make_parallel(loop.body, depth - 1)
+    return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.PARALLEL, body, None, loop.annotations)
+
+
+def _on_seq(seq, mutator):
+    items = [mutator.mutate(s) for s in seq.seq]
+    out, pending = [], 0
+    for s in items:
+        d = _marker_depth(s)
+        if d:
+            pending = d
+            continue
+        if pending:
+            s = _make_parallel(s, pending)
+            pending = 0
+        out.append(s)
+    return out[0] if len(out) == 1 else tirx.SeqStmt(out)
+
+
+def canonicalize(func: tirx.PrimFunc) -> tirx.PrimFunc:
+    body = tvm_ffi.structural_mutate(func.body, (tirx.SeqStmt, _on_seq))
+    if body.same_as(func.body):
+        return func
+    return func.with_body(body)
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.FrontendCanonicalize")
+def FrontendCanonicalize(func, mod, ctx):  # noqa: N802 - pass naming follows TVM
+    return canonicalize(func)
