@@ -23,6 +23,8 @@ def _header_globs():
     return sorted(pats)
 
 
+HAS_SRC = os.path.isdir(os.path.join(HERE, "src"))
+
 setup(
     name="tilex",
     version="0.1.0",
@@ -30,9 +32,9 @@ setup(
     long_description=open(os.path.join(HERE, "README.md")).read() if os.path.exists(os.path.join(HERE, "README.md")) else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["tilex", "tilex.*"]) + ["tilex._src"],
-    package_dir={"tilex._src": "src"},
-    package_data={"tilex._src": _header_globs()},
+    packages=find_packages(include=["tilex", "tilex.*"]) + (["tilex._src"] if HAS_SRC else []),
+    package_dir={"tilex._src": "src"} if HAS_SRC else {},
+    package_data={"tilex._src": _header_globs()} if HAS_SRC else {},
     include_package_data=False,
     install_requires=[
         "apache-tvm>=0.27,<0.28",

@@ -1,1 +1,2 @@
-"""Program -> TVM executable: the tilex lowering pipeline (filled in by tilex.engine.pipeline)."""
+"""Program -> TVM executable: the tilex lowering pipeline (see pipeline.py)."""
+from tilex.engine.pipeline import build, lower_to_tir  # noqa: F401

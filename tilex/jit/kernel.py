@@ -263,7 +263,8 @@ class ArgChecker:
                     raise self._err(ValueError, s, pos, f"expected a CUDA tensor, got device {dev}")
                 device = dev
             elif dev != device:
-                raise self._err(ValueError, s, pos, f"expected a tensor on {device} (like the previous "
+                what = "a tensor" if dev.type == "cuda" else "a CUDA tensor"
+                raise self._err(ValueError, s, pos, f"expected {what} on {device} (like the previous "
                                 f"arguments), got device {dev}")
         if not self.outputs:
             return full, None

@@ -74,6 +74,7 @@ class Layout:
         self._inverse_factory = inverse
         self._inverse_cache = None
         self._np_fn = None
+        self._offset_expr = None
 
     # ------------------------------------------------------------------ basics
     @property
@@ -100,7 +101,15 @@ class Layout:
     def offset(self, indices, analyzer=None) -> _PrimExpr:
         """Row-major linearization of ``map(indices)`` over ``output_shape``."""
         ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
-        return ana.simplify(row_major_offset(self.map(indices, ana), self.output_shape))
+        if self._offset_expr is None:
+            # linearize over the placeholders first: (x // c) * c + x % c folds back to x there, which it may no
+            # longer do once indices are substituted and the two halves are simplified apart
+            bound = tvm.sym.Analyzer()
+            for v, e in zip(self.vars, self.input_shape):
+                bound.bind(v, tvm.ir.Range(0, e))
+            self._offset_expr = bound.simplify(row_major_offset(list(self.forward_index), self.output_shape))
+        indices = self._check_indices(indices)
+        return ana.simplify(substitute(self._offset_expr, dict(zip(self.vars, indices))))
 
     def map_numpy(self, *index_arrays) -> list:
         """Evaluate the forward map on integer numpy arrays (broadcasting); returns one int64 array per output."""

@@ -5,6 +5,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from tilex._tir import BufferLoadNode, dtype_of, lanes
+
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan, fragment_vector_width,

@@ -11,6 +11,8 @@ import tvm
 from tvm import tirx
 
 from tilex._tir import BufferLoadNode, dtype_of, lanes
+
+from tilex._tir import BufferLoadNode, dtype_of, lanes
 from tvm.ir import Op
 
 from tilex.op.registry import register_intrinsic

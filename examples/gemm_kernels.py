@@ -1,0 +1,32 @@
+"""GEMM tile programs shared by the quickstart, the benchmarks and the tests."""
+import tilex.language as T
+
+
+def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="float16", accum="float32",
+           trans_a=False, trans_b=False):
+    """C = A @ B (A^T / B^T when trans_a / trans_b: A is then (K, M), B is (N, K))."""
+    a_shape = (K, M) if trans_a else (M, K)
+    b_shape = (N, K) if trans_b else (K, N)
+    as_shape = (bk, bm) if trans_a else (bm, bk)
+    bs_shape = (bn, bk) if trans_b else (bk, bn)
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared(as_shape, dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_l = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
+                if trans_a:
+                    T.copy(A[k * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_A=trans_a, transpose_B=trans_b)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main

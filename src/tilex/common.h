@@ -1,0 +1,8 @@
+// tilex device helpers included by every generated kernel.
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cstdint>
+
+#include "tilex/copy_async.h"
+#include "tilex/mma_sm80.h"

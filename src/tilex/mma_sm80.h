@@ -1,0 +1,59 @@
+// ldmatrix + mma.sync (sm80+) building blocks for T.gemm on tensor cores.
+#pragma once
+#include <cstdint>
+
+namespace tilex {
+
+// Four 8x8 b16 matrices from shared memory; lane l supplies the row address of matrix l / 8.
+__device__ __forceinline__ void ldmatrix_x4(void* dst, const void* smem) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(void* dst, const void* smem) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))));
+}
+
+__device__ __forceinline__ void ldmatrix_x2(void* dst, const void* smem) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(d[0]), "=r"(d[1])
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))));
+}
+
+__device__ __forceinline__ void ldmatrix_x2_trans(void* dst, const void* smem) {
+  uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
+               : "=r"(d[0]), "=r"(d[1])
+               : "r"(static_cast<unsigned>(__cvta_generic_to_shared(smem))));
+}
+
+// D(16x8, f32) += A(16x16, row) * B(16x8, col): a = 4 regs, b = 2 regs, c = 4 floats (in place).
+__device__ __forceinline__ void mma_m16n8k16_f16(void* c_, const void* a_, const void* b_) {
+  float* c = reinterpret_cast<float*>(c_);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__device__ __forceinline__ void mma_m16n8k16_bf16(void* c_, const void* a_, const void* b_) {
+  float* c = reinterpret_cast<float*>(c_);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+}  // namespace tilex

@@ -1,0 +1,207 @@
+"""InjectSoftwarePipeline: multi-buffer the shared tiles fed by a ``T.Pipelined`` loop and overlap their loads.
+
+Consumes: tile-level IR (before layout inference). In a loop annotated ``tilex.num_stages = S`` (S >= 2), the
+top-level ``T.copy`` statements from global to a shared buffer allocated outside the loop are producers; every other
+statement is a consumer.
+Produces: each produced buffer ``X (shape)`` becomes ``X (S, shape)``; a prologue issues the copies of the first S-1
+iterations; iteration k issues the copy of iteration k+S-1 into stage (k+S-1) % S, commits it as one cp.async group,
+waits until only S-1 groups are in flight (so stage k % S has landed), synchronizes the block, runs the consumers on
+stage k % S, and synchronizes again before that stage is overwritten. Producer copies are marked asynchronous
+(cp.async); copies that cannot be (sub-4-byte vectors) stay synchronous, which the same schedule keeps correct.
+Loops whose shape does not fit this plan are left serial (still correct, not overlapped).
+"""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from tilex._tir import BufferLoadNode
+from tilex.language.loop import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
+from tilex.op.base import is_global, is_shared
+from tilex.op.copy import CopyOp
+from tilex.op.partition import substitute
+from tilex.op.region import REGION_OP, Region
+from tilex.op.registry import parse_tile_op
+
+
+def _sync():
+    return tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared"))
+
+
+def _extern(name):
+    return tirx.Evaluate(tirx.call_extern("void", name))
+
+
+def _seq(stmts):
+    stmts = [s for s in stmts if s is not None]
+    return stmts[0] if len(stmts) == 1 else tirx.SeqStmt(stmts)
+
+
+def _buffers_used(stmt):
+    used = set()
+    tvm_ffi.structural_walk(stmt, [(BufferLoadNode, lambda n: used.add(n.source)),
+                                   (tirx.BufferStore, lambda n: used.add(n.buffer))])
+    return used
+
+
+def _written_shared(stmt):
+    """Shared buffers a statement writes (tile-op destinations and plain stores)."""
+    out = set()
+
+    def on_eval(node):
+        op = parse_tile_op(node.value) if isinstance(node.value, tvm.ir.Call) else None
+        if op is None:
+            return
+        if isinstance(op, CopyOp):
+            out.add(op.dst.buffer)
+        else:
+            out.update(b for b in op.buffers()[-1:])  # gemm/fill/... write their last operand
+
+    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, on_eval), (tirx.BufferStore, lambda n: out.add(n.buffer))])
+    return {b for b in out if is_shared(b)}
+
+
+def _retarget(stmt, bufmap, stage):
+    """Point every access/region of the buffers in `bufmap` at stage `stage` of their multi-buffered version."""
+
+    def on_load(n):
+        new = bufmap.get(n.source)
+        if new is None:
+            return n
+        return tirx.BufferLoad(new, [stage, *n.indices])
+
+    def on_store(n):
+        new = bufmap.get(n.buffer)
+        if new is None:
+            return n
+        return tirx.BufferStore(new, n.value, [stage, *n.indices])
+
+    def on_call(n):
+        if isinstance(n.op, tvm.ir.Op) and n.op.name == REGION_OP:
+            load = n.args[0]
+            new = bufmap.get(load.source)
+            if new is not None:
+                r = Region(new, [stage, *load.indices], [1, *n.args[2:]])
+                return r.to_call(int(n.args[1].value))
+        return n
+
+    # regions first (they contain loads of the old buffer that must not be rewritten on their own)
+    stmt = tvm_ffi.structural_map(stmt, (tvm.ir.Call, on_call), order="pre")
+    return tvm_ffi.structural_map(stmt, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
+
+
+def _make_async(stmt):
+    call = stmt.value
+    return tirx.Evaluate(tirx.call_intrin("handle", "tilex.copy", call.args[0], call.args[1], 1))
+
+
+class _Pipeliner:
+    def __init__(self, allocs):
+        self.allocs = allocs  # buffers allocated in enclosing scopes -> their (replaceable) AllocBuffer
+        self.multi = {}  # old shared buffer -> multi-buffered buffer
+
+    def plan(self, loop):
+        stages = int(loop.annotations[NUM_STAGES])
+        body = loop.body
+        stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        producers, consumers = [], []
+        for s in stmts:
+            op = parse_tile_op(s.value) if isinstance(s, tirx.Evaluate) and isinstance(s.value, tvm.ir.Call) else None
+            if isinstance(op, CopyOp) and is_global(op.src.buffer) and is_shared(op.dst.buffer) \
+                    and op.dst.buffer in self.allocs and not consumers:
+                producers.append((s, op))
+            else:
+                consumers.append(s)
+        if stages < 2 or not producers or not consumers:
+            return None
+        produced = {op.dst.buffer for _, op in producers}
+        if any(_written_shared(c) & produced for c in consumers):
+            return None  # consumers write a produced buffer: multi-buffering would change the program
+        return stages, producers, consumers, produced
+
+    def rewrite(self, loop, plan):
+        stages, producers, consumers, produced = plan
+        k = loop.loop_var
+        n = loop.extent
+        bufmap = {}
+        for b in produced:
+            if b not in self.multi:
+                self.multi[b] = tirx.decl_buffer((stages, *b.shape), b.dtype, b.name, scope=b.scope())
+            bufmap[b] = self.multi[b]
+        analyzer = tvm.sym.Analyzer()
+
+        def issue(it):
+            # written for iteration k, then moved to iteration `it` (stage index included)
+            body = _seq([_make_async(_retarget(s, bufmap, tirx.floormod(k, stages))) for s, _ in producers])
+            return substitute(body, {k: it})
+
+        commit = _extern("tilex::cp_async_commit")
+        prologue = []
+        for s in range(stages - 1):
+            it = loop.min + s
+            stmt = issue(it)
+            cond = it < loop.min + n
+            if not analyzer.can_prove(cond):
+                stmt = tirx.IfThenElse(cond, stmt, None)
+            prologue += [stmt, commit]
+        ahead = k + (stages - 1)
+        step = [tirx.IfThenElse(ahead < loop.min + n, issue(ahead), None), commit,
+                _extern(f"tilex::cp_async_wait<{stages - 1}>"), _sync(),
+                _retarget(_seq(consumers), bufmap, tirx.floormod(k, stages)), _sync()]
+        ann = {key: v for key, v in loop.annotations.items()
+               if key not in (NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE)}
+        new_loop = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq(step), None, ann)
+        return _seq(prologue + [new_loop, _extern("tilex::cp_async_wait<0>")])
+
+
+def _strip(loop):
+    ann = {key: v for key, v in loop.annotations.items() if key not in (NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE)}
+    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann)
+
+
+def inject_pipeline(func):
+    allocs = {}
+    def on_alloc(n):
+        allocs[n.buffer] = n
+
+    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, on_alloc))
+    p = _Pipeliner(allocs)
+    outside_use = {}
+
+    def on_for(node, m):
+        body = m.mutate(node.body)
+        if not body.same_as(node.body):
+            node = tirx.For(node.loop_var, node.min, node.extent, node.kind, body, node.thread_binding,
+                            node.annotations)
+        if NUM_STAGES not in node.annotations:
+            return node
+        plan = p.plan(node)
+        if plan is None:
+            return _strip(node)
+        outside_use[node] = plan[3]
+        return p.rewrite(node, plan)
+
+    body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for))
+    if not p.multi:
+        return func.with_body(body) if not body.same_as(func.body) else func
+    # a multi-buffered buffer must not be used anywhere else in its old form
+    leftover = _buffers_used(body) & set(p.multi)
+    if leftover:
+        # used outside its pipelined loop: keep the original program (serial, correct)
+        body = tvm_ffi.structural_mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
+        return func.with_body(body)
+    body = tvm_ffi.structural_map(body, (tirx.AllocBuffer, lambda n: tirx.AllocBuffer(p.multi[n.buffer])
+                                         if n.buffer in p.multi else n))
+    return func.with_body(body)
+
+
+def _strip_all(node, m):
+    body = m.mutate(node.body)
+    node = tirx.For(node.loop_var, node.min, node.extent, node.kind, body, node.thread_binding, node.annotations)
+    return _strip(node) if NUM_STAGES in node.annotations else node
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.InjectSoftwarePipeline")
+def InjectSoftwarePipeline(func, mod, pass_ctx):  # noqa: N802
+    return inject_pipeline(func)

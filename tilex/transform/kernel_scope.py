@@ -1,0 +1,37 @@
+"""Finding the launch scope of a tile program: the threadIdx binding and the statements inside it."""
+from __future__ import annotations
+
+import tvm_ffi
+from tvm import tirx
+
+
+class KernelInfo:
+    def __init__(self, thread_var, threads, block_extents):
+        self.thread_var = thread_var
+        self.threads = threads
+        self.block_extents = block_extents  # blockIdx var -> extent expr
+
+
+def kernel_info(func) -> KernelInfo | None:
+    """The (single) threadIdx.x var and block size of a T.Kernel program, or None if it has none."""
+    threads = {}
+    blocks = {}
+
+    def on_attr(node):
+        if node.attr_key == "thread_extent":
+            iv = node.node
+            tag = iv.thread_tag
+            if tag.startswith("threadIdx"):
+                threads[tag] = (iv.var, int(node.value.value))
+            elif tag.startswith("blockIdx"):
+                blocks[iv.var] = node.value
+
+    tvm_ffi.structural_walk(func.body, (tirx.AttrStmt, on_attr))
+    if "threadIdx.x" not in threads:
+        return None
+    if len(threads) > 1:
+        extra = {k: v[1] for k, v in threads.items() if k != "threadIdx.x"}
+        if any(e != 1 for e in extra.values()):
+            raise ValueError(f"tile operators need a 1-d thread block (T.Kernel(..., threads=int)), got {threads}")
+    var, n = threads["threadIdx.x"]
+    return KernelInfo(var, n, blocks)

@@ -1,0 +1,106 @@
+"""LayoutInference: give every shared buffer and register fragment of a tile program its layout.
+
+Consumes: a PrimFunc with tile-operator calls and T.Parallel nests (after pipelining).
+Produces: the same body, with the function attribute ``tilex.layout_map`` (buffer -> encoded Layout/Fragment)
+and a ``tilex.loop_layout`` annotation on each T.Parallel nest that runs by a fragment layout.
+
+Operators are asked in priority order: every operator at the strict level (gemm pins its operand swizzles and
+accumulator fragment), then the common level until nothing changes (layouts propagate through the buffers operators
+share), then each operator in program order at the free level (free choices such as a coalesced plan for a
+fragment nobody constrained), propagating again after each choice. Two different layouts for one buffer raise a
+LayoutConflictError naming the buffer, both layouts and both operators.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from tvm import tirx
+
+from tilex.op.base import InferContext, InferLevel, LayoutConflictError, TileOpError, is_fragment
+from tilex.op.parallel import ParallelOp
+from tilex.transform.kernel_scope import kernel_info
+from tilex.transform.layout_codec import encode
+from tilex.transform.op_collect import collect_tile_ops
+
+LAYOUT_MAP_ATTR = "tilex.layout_map"
+LOOP_LAYOUT_ATTR = "tilex.loop_layout"
+
+
+def infer_layouts(ops, threads, target=None, pinned=None):
+    """Run inference over `ops` (a list of TileOp). Returns {buffer: Layout | Fragment}."""
+    ctx = InferContext(layout_map=dict(pinned or {}), threads=threads, target=target)
+    origin = {b: "T.annotate_layout" for b in ctx.layout_map}
+    users = {}
+    for op in ops:
+        for b in op.buffers():
+            users.setdefault(b, []).append(op)
+
+    def merge(op, updates):
+        changed = []
+        for buf, lay in updates.items():
+            have = ctx.layout_map.get(buf)
+            if have is None:
+                ctx.layout_map[buf] = lay
+                origin[buf] = op.describe()
+                changed.append(buf)
+            elif have is not lay and not have.is_equal(lay):
+                raise LayoutConflictError(
+                    f"layout conflict on buffer '{buf.name}': {origin[buf]} requires {have}, but "
+                    f"{op.describe()} requires {lay}")
+        return changed
+
+    def propagate(queue):
+        queue = deque(queue)
+        while queue:
+            op = queue.popleft()
+            for buf in merge(op, op.infer_layout(ctx, InferLevel.COMMON)):
+                queue.extend(u for u in users.get(buf, []) if u is not op)
+
+    for op in ops:
+        merge(op, op.infer_layout(ctx, InferLevel.STRICT))
+    propagate(ops)
+    for op in ops:
+        changed = merge(op, op.infer_layout(ctx, InferLevel.FREE))
+        propagate([u for b in changed for u in users.get(b, []) if u is not op] + [op])
+
+    for buf, ops_using in users.items():
+        if is_fragment(buf) and buf not in ctx.layout_map:
+            names = ", ".join(o.describe() for o in ops_using)
+            raise TileOpError(f"could not infer a layout for fragment '{buf.name}' (used by {names})")
+    return ctx.layout_map
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.LayoutInference")
+def LayoutInference(func, mod, pass_ctx):  # noqa: N802
+    info = kernel_info(func)
+    if info is None:
+        return func
+    found = collect_tile_ops(func.body)
+    if not found:
+        return func
+    ops = [op for _, op in found]
+    pinned = {}  # T.annotate_layout comes with issue #3
+    layout_map = infer_layouts(ops, info.threads, pinned=pinned)
+    loop_layouts = {}
+    for stmt, op in found:
+        if isinstance(op, ParallelOp) and op.loop_layout is not None:
+            loop_layouts[stmt] = op.loop_layout
+    body = _annotate_loops(func.body, loop_layouts)
+    func = func.with_body(body) if not body.same_as(func.body) else func
+    return func.with_attr(LAYOUT_MAP_ATTR, {b: encode(l) for b, l in layout_map.items()})
+
+
+def _annotate_loops(body, loop_layouts):
+    if not loop_layouts:
+        return body
+    import tvm_ffi
+
+    def on_for(loop):
+        lay = loop_layouts.get(loop)
+        if lay is None:
+            return loop
+        ann = dict(loop.annotations)
+        ann[LOOP_LAYOUT_ATTR] = encode(lay)
+        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann)
+
+    return tvm_ffi.structural_map(body, (tirx.For, on_for), order="pre")

@@ -1,0 +1,126 @@
+"""LowerTileOps: replace every tile operator by per-thread TIR, and give buffers their physical form.
+
+Consumes: a PrimFunc annotated by LayoutInference (``tilex.layout_map``, ``tilex.loop_layout``).
+Produces: plain TIR: shared buffers become 1-d buffers addressed through their layouts (swizzles applied), register
+fragments become per-thread ``local`` arrays of their Fragment's local size, tile-op calls and T.Parallel nests
+become thread-partitioned loops, cp.async/ldmatrix/mma calls into ``src/tilex/*.h``.
+"""
+from __future__ import annotations
+
+import math
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from tilex._tir import BufferLoadNode
+from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared
+from tilex.op.parallel import ParallelOp
+from tilex.op.registry import parse_tile_op
+from tilex.transform.kernel_scope import kernel_info
+from tilex.transform.layout_codec import decode
+from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR
+from tilex.transform.op_collect import is_parallel_nest
+
+
+def _allocated_buffers(body):
+    out = []
+    tvm_ffi.structural_walk(body, (tirx.AllocBuffer, lambda n: out.append(n.buffer)))
+    return out
+
+
+def _physical_buffers(buffers, layout_map):
+    remap = {}
+    for buf in buffers:
+        lay = layout_map.get(buf)
+        if is_shared(buf):
+            size = math.prod(lay.output_shape) if lay is not None else math.prod(int(s) for s in buf.shape)
+            remap[buf] = tirx.decl_buffer((size,), buf.dtype, buf.name, scope=buf.scope())
+        elif is_fragment(buf):
+            if lay is None:
+                raise TileOpError(f"fragment '{buf.name}' has no layout (is it used by any tile operator?)")
+            remap[buf] = tirx.decl_buffer((lay.local_size,), buf.dtype, buf.name, scope="local")
+    return remap
+
+
+def lower_tile_ops(func, target=None):
+    info = kernel_info(func)
+    if info is None:
+        return func
+    enc = func.attrs.get(LAYOUT_MAP_ATTR) if func.attrs is not None else None
+    layout_map = {b: decode(v) for b, v in enc.items()} if enc is not None else {}
+    remap = _physical_buffers(_allocated_buffers(func.body), layout_map)
+    arch = 80
+    if target is not None and "arch" in target.attrs:
+        arch = int(str(target.attrs["arch"]).replace("sm_", "").rstrip("a"))
+    ctx = LowerContext(layout_map=layout_map, thread_var=info.thread_var, threads=info.threads, target=target,
+                       analyzer=tvm.sym.Analyzer(), remap=remap, arch=arch)
+    ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)
+    for var, ext in info.block_extents.items():
+        ctx.analyzer.bind(var, tvm.ir.Range(0, ext), allow_override=True)
+
+    def on_eval(node, m):
+        op = parse_tile_op(node.value) if isinstance(node.value, tvm.ir.Call) else None
+        return op.lower(ctx) if op is not None else node
+
+    def on_for(node, m):
+        if is_parallel_nest(node):
+            op = ParallelOp(node)
+            if LOOP_LAYOUT_ATTR in node.annotations:
+                op.loop_layout = decode(node.annotations[LOOP_LAYOUT_ATTR])
+            return op.lower(ctx)
+        ctx.analyzer.bind(node.loop_var, tvm.ir.Range.from_min_extent(node.min, node.extent), allow_override=True)
+        body = m.mutate(node.body)
+        if body.same_as(node.body):
+            return node
+        return tirx.For(node.loop_var, node.min, node.extent, node.kind, body, node.thread_binding,
+                        node.annotations)
+
+    def on_alloc(node, m):
+        phys = remap.get(node.buffer)
+        return tirx.AllocBuffer(phys) if phys is not None else node
+
+    def on_if(node, m):
+        # facts guarded by the condition (e.g. k + S - 1 < n in a pipeline) let guards inside fold away
+        with ctx.analyzer.constraint_scope(node.condition):
+            then_case = m.mutate(node.then_case)
+        else_case = m.mutate(node.else_case) if node.else_case is not None else None
+        return tirx.IfThenElse(node.condition, then_case, else_case)
+
+    body = tvm_ffi.structural_mutate(func.body, [(tirx.Evaluate, on_eval), (tirx.For, on_for),
+                                                 (tirx.AllocBuffer, on_alloc), (tirx.IfThenElse, on_if)])
+    body = _remap_leftover_accesses(body, ctx)
+    func = func.with_body(body).without_attr(LAYOUT_MAP_ATTR)
+    return func
+
+
+def _remap_leftover_accesses(body, ctx):
+    """Accesses written by the user outside tile ops (e.g. ``A_s[i, j]`` in a serial loop) go through layouts."""
+
+    def check(buf):
+        if is_fragment(buf):
+            lay = ctx.layout_map[buf]
+            if not (lay.replicate >= ctx.threads):
+                raise TileOpError(
+                    f"fragment '{buf.name}' is accessed outside T.Parallel/tile operators; only a fully replicated "
+                    f"fragment can be (use T.alloc_local for per-thread data)")
+
+    def on_load(n):
+        if n.source in ctx.remap:
+            check(n.source)
+            return ctx.load(n.source, list(n.indices))
+        return n
+
+    def on_store(n):
+        if n.buffer in ctx.remap:
+            check(n.buffer)
+            return ctx.store(n.buffer, n.value, list(n.indices))
+        return n
+
+    return tvm_ffi.structural_map(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.LowerTileOps")
+def LowerTileOps(func, mod, pass_ctx):  # noqa: N802
+    target = func.attrs.get("target") if func.attrs is not None else None
+    return lower_tile_ops(func, target or tvm.target.Target.current(allow_none=True))
