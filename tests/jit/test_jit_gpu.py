@@ -57,23 +57,51 @@ def test_errors_on_gpu_tensors():
         k(a, a.cpu())
 
 
+def _produce_late(x, s):
+    """On stream s: sleep ~0.1 s of GPU time, then compute x * 3 (so it is written late)."""
+    with torch.cuda.stream(s):
+        torch.cuda._sleep(200_000_000)
+        return x * 3.0
+
+
 def test_current_stream():
-    """The kernel must run on torch's current stream: its input is produced on a side stream after a long
-    sleep, so a launch on another stream would read it before it is written."""
+    """The kernel must run on torch's current stream. Its input is produced on a side stream after a long
+    GPU sleep; a launch on any other stream would read it before it is written. (torch's pool streams are
+    non-blocking, so not even the legacy default stream waits for them.)"""
     n = 1 << 20
     k = tilex.compile(jit_kernels.vec_add(n), out_idx=-1)
-    x = torch.randn(n, device="cuda")
     b = torch.randn(n, device="cuda")
+    k(b, b)  # warm up: the first call loads the CUDA module, which synchronizes the device
     torch.cuda.synchronize()
-    s = torch.cuda.Stream()
+    for _ in range(3):
+        x = torch.randn(n, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        a = _produce_late(x, s)
+        with torch.cuda.stream(s):
+            c = k(a, b)
+        s.synchronize()  # only the side stream
+        torch.testing.assert_close(c, x * 3.0 + b)
+    torch.cuda.synchronize()
+
+
+def test_current_stream_control():
+    """Control for test_current_stream: launching from *another* stream does race (so the test above can
+    tell the difference)."""
+    n = 1 << 20
+    k = tilex.compile(jit_kernels.vec_add(n), out_idx=-1)
+    b = torch.randn(n, device="cuda")
+    k(b, b)
+    torch.cuda.synchronize()
+    x = torch.randn(n, device="cuda")
+    s, other = torch.cuda.Stream(), torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time on s
-        a = x * 3.0
+    other.wait_stream(torch.cuda.current_stream())
+    a = _produce_late(x, s)
+    with torch.cuda.stream(other):
         c = k(a, b)
-    s.synchronize()  # only the side stream
-    torch.testing.assert_close(c, x * 3.0 + b)
     torch.cuda.synchronize()
+    assert not torch.allclose(c, x * 3.0 + b), "kernel waited for an unrelated stream"
 
 
 _SCRIPT = r"""

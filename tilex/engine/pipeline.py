@@ -15,17 +15,21 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.tirx import compilation_pipeline as cp
 
-from tilex.transform.frontend_canonicalize import FrontendCanonicalize
-from tilex.transform.inject_pipeline import InjectSoftwarePipeline
-from tilex.transform.layout_inference import LayoutInference
-from tilex.transform.lower_tile_ops import LowerTileOps
+from tilex.transform.frontend_canonicalize import canonicalize
+from tilex.transform.inject_pipeline import inject_pipeline
+from tilex.transform.layout_inference import layout_inference
+from tilex.transform.lower_tile_ops import lower_tile_ops
 
 PIPELINE_NAME = "tilex"
 
 
-def tile_passes():
-    """tilex's own passes: tile program -> plain per-thread TIR."""
-    return [FrontendCanonicalize, InjectSoftwarePipeline, LayoutInference, LowerTileOps]
+def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc:
+    """tilex's own passes, tile program -> plain per-thread TIR. They run as Python calls (not through TVM's pass
+    manager) so that a user error keeps its Python type (LayoutConflictError, TileOpError, ...)."""
+    func = canonicalize(func)
+    func = inject_pipeline(func)
+    func = layout_inference(func)
+    return lower_tile_ops(func, target)
 
 
 def tvm_passes(config):
@@ -56,7 +60,7 @@ def _tilex_pipeline():
     @tvm.transform.module_pass(opt_level=0, name="tilex.Pipeline")
     def _pipeline(mod, _ctx):
         config = tvm.transform.PassContext.current().config
-        return tvm.transform.Sequential(tile_passes() + tvm_passes(config))(mod)
+        return tvm.transform.Sequential(tvm_passes(config))(mod)
 
     return _pipeline, cp.finalize_host_passes, cp.finalize_device_passes
 
@@ -66,10 +70,8 @@ cp.register_tir_pipeline(PIPELINE_NAME, _tilex_pipeline)
 
 def lower_to_tir(func: tirx.PrimFunc, target: tvm.target.Target) -> tvm.IRModule:
     """Run only tilex's tile passes (for inspection and tests): returns per-thread TIR before TVM's passes."""
-    mod = tvm.IRModule({"main": func})
     with target:
-        mod = tirx.transform.BindTarget(target)(mod)
-        return tvm.transform.Sequential(tile_passes())(mod)
+        return tvm.IRModule({"main": run_tile_passes(func, target)})
 
 
 def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | None = None):
@@ -77,6 +79,6 @@ def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | N
     from tilex.jit import nvcc  # noqa: F401 - registers the CUDA compile/postproc hooks
 
     name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "main"
-    mod = tvm.IRModule({name: func})
     with tvm.transform.PassContext(opt_level=3, config=dict(pass_configs or {})), target:
+        mod = tvm.IRModule({name: run_tile_passes(func, target)})
         return tvm.compile(mod, target=target, tir_pipeline=PIPELINE_NAME)

@@ -172,6 +172,11 @@ class ArgChecker:
         # precomputed fast-path tables
         self._in_plan = [(s, pos) for pos, s in enumerate(self.inputs)]
         self._buf_plan = [(s, pos) for s, pos in self._in_plan if s.kind == "buffer"]
+        self._static_shapes = [tuple(s.shape) if s.kind == "buffer" and all(d.__class__ is int for d in s.shape)
+                               else None for s in specs]
+        import torch
+
+        self._torch = torch
         self._single_output = len(self.outputs) == 1
 
     # -- construction helpers
@@ -207,7 +212,7 @@ class ArgChecker:
         Returns ``(full_args, outputs)`` where ``full_args`` is the complete argument list for the
         compiled function and ``outputs`` is ``None``, one tensor, or a tuple of tensors.
         """
-        import torch
+        torch = self._torch
 
         if len(args) != len(self.inputs):
             names = ", ".join(s.name for s in self.inputs)
@@ -229,16 +234,14 @@ class ArgChecker:
             if a.dtype != s.torch_dtype:
                 raise self._err(TypeError, s, pos, f"expected dtype {s.dtype}, got {a.dtype}")
             shp = a.shape
-            if len(shp) != len(s.shape):
+            static = self._static_shapes[s.index]
+            if static is not None and shp == static:
+                pass  # fast path: fully static shape matches
+            elif len(shp) != len(s.shape):
                 raise self._err(ValueError, s, pos, f"expected a {len(s.shape)}-d tensor of shape "
                                 f"{self._fmt_shape(s.shape)}, got shape {tuple(shp)}")
-            for k, d in enumerate(s.shape):
-                if d.__class__ is int:
-                    if shp[k] != d:
-                        raise self._err(ValueError, s, pos, f"expected shape {self._fmt_shape(s.shape)}, "
-                                        f"got {tuple(shp)} (dimension {k}: expected {d}, got {shp[k]})")
-                elif d is not None:
-                    self._bind(s, pos, d, shp[k], bound, f"dimension {k}")
+            else:
+                self._check_dims(s, pos, shp, bound)
             if s.strides is None:
                 if not a.is_contiguous():
                     raise self._err(ValueError, s, pos, f"expected a contiguous tensor, got strides {a.stride()} "
@@ -277,6 +280,15 @@ class ArgChecker:
             full[s.index] = t
             outs.append(t)
         return full, (outs[0] if self._single_output else tuple(outs))
+
+    def _check_dims(self, s, pos, shp, bound):
+        for k, d in enumerate(s.shape):
+            if d.__class__ is int:
+                if shp[k] != d:
+                    raise self._err(ValueError, s, pos, f"expected shape {self._fmt_shape(s.shape)}, "
+                                    f"got {tuple(shp)} (dimension {k}: expected {d}, got {shp[k]})")
+            elif d is not None:
+                self._bind(s, pos, d, shp[k], bound, f"dimension {k}")
 
     def _bind(self, s, pos, d, value, bound, what):
         slot = d[1]

@@ -70,8 +70,8 @@ def infer_layouts(ops, threads, target=None, pinned=None):
     return ctx.layout_map
 
 
-@tirx.transform.prim_func_pass(opt_level=0, name="tilex.LayoutInference")
-def LayoutInference(func, mod, pass_ctx):  # noqa: N802
+def layout_inference(func):
+    """Annotate `func` with inferred layouts (see the module docstring)."""
     info = kernel_info(func)
     if info is None:
         return func
@@ -104,3 +104,8 @@ def _annotate_loops(body, loop_layouts):
         return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann)
 
     return tvm_ffi.structural_map(body, (tirx.For, on_for), order="pre")
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.LayoutInference")
+def LayoutInference(func, mod, pass_ctx):  # noqa: N802
+    return layout_inference(func)

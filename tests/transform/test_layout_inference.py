@@ -1,0 +1,93 @@
+"""Layout inference on small programs: the layouts chosen, propagation, and the conflict error."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+
+import tilex.language as T  # noqa: E402
+from gemm_kernels import matmul  # noqa: E402
+from tilex.layout import Fragment, make_mma_accumulator_fragment, make_swizzled_layout  # noqa: E402
+from tilex.op.base import LayoutConflictError  # noqa: E402
+from tilex.transform.inject_pipeline import inject_pipeline  # noqa: E402
+from tilex.transform.layout_codec import decode  # noqa: E402
+from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference  # noqa: E402
+
+
+def infer(func):
+    out = layout_inference(inject_pipeline(func))
+    return {b.name: decode(v) for b, v in out.attrs[LAYOUT_MAP_ATTR].items()}, out
+
+
+def test_gemm_pins_swizzle_and_accumulator():
+    layouts, _ = infer(matmul(1024, 1024, 1024, bm=128, bn=128, bk=32, num_stages=3, threads=128))
+    assert layouts["A_s"].is_equal(make_swizzled_layout(128, 32, 16).expand((3,)))
+    assert layouts["B_s"].is_equal(make_swizzled_layout(32, 128, 16).expand((3,)))
+    assert layouts["C_l"].is_equal(make_mma_accumulator_fragment(128, 128, 2, 2))
+
+
+def test_warp_partition_follows_thread_count():
+    layouts, _ = infer(matmul(1024, 1024, 1024, bm=128, bn=256, bk=32, num_stages=2, threads=256))
+    c = layouts["C_l"]
+    assert c.thread_extent == 256
+    assert c.is_equal(make_mma_accumulator_fragment(128, 256, 2, 4))
+
+
+def elementwise(M=256, N=256, bm=64, bn=128):
+    @T.prim_func
+    def f(A: T.Tensor((M, N), "float16"), B: T.Tensor((M, N), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
+            a = T.alloc_fragment((bm, bn), "float16")
+            b = T.alloc_fragment((bm, bn), "float16")
+            c = T.alloc_fragment((bm, bn), "float32")
+            T.copy(A[by * bm, bx * bn], a)
+            T.copy(B[by * bm, bx * bn], b)
+            for i, j in T.Parallel(bm, bn):
+                c[i, j] = T.Cast("float32", a[i, j] + b[i, j])
+            T.copy(c, C[by * bm, bx * bn])
+
+    return f
+
+
+def test_free_fragments_get_one_coalesced_plan():
+    layouts, func = infer(elementwise())
+    a, b, c = layouts["a"], layouts["b"], layouts["c"]
+    assert isinstance(a, Fragment)
+    assert a.is_equal(b) and a.is_equal(c)  # propagated through the T.Parallel loop
+    assert a.thread_extent == 128 and a.local_size == 64 * 128 // 128
+    # 16-byte vectors of fp16: thread t owns 8 consecutive elements of a row
+    assert [int(a.map_thread([0, j]).value) for j in range(16)] == [0] * 8 + [1] * 8
+    # the loop carries its layout for lowering
+    assert "tilex.loop_layout" in func.script()
+
+
+def test_conflicting_layouts_are_reported():
+    @T.prim_func
+    def f(A: T.Tensor((128, 32), "float16"), B: T.Tensor((32, 128), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            T.copy(A[0, 0], A_s)
+            T.copy(B[0, 0], B_s)
+            T.gemm(A_s, B_s, C_l)
+            T.gemm(A_s, B_s, C_l, policy=T.GemmWarpPolicy.FullRow)
+
+    with pytest.raises(LayoutConflictError, match="C_l"):
+        infer(f)
+
+
+def test_unsupported_gemm_dtype_is_reported():
+    @T.prim_func
+    def f(A: T.Tensor((64, 32), "float32"), B: T.Tensor((32, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 32), "float32")
+            B_s = T.alloc_shared((32, 64), "float32")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.copy(A[0, 0], A_s)
+            T.copy(B[0, 0], B_s)
+            T.gemm(A_s, B_s, C_l)
+
+    with pytest.raises(ValueError, match="unsupported dtypes"):
+        infer(f)
