@@ -5,7 +5,7 @@
       -> InjectSoftwarePipeline    multi-buffered shared tiles, cp.async groups, barriers
       -> LayoutInference          Layout / Fragment for every shared buffer and fragment
       -> LowerTileOps             per-thread TIR; physical buffers
-      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, ThreadSync, MergeSharedMemoryAllocations,
+      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, MergeSharedMemoryAllocations, ThreadSync,
               AnnotateEntryFunc, SplitHostDevice, MakePackedAPI, BF16/FP8 legalization
       -> TVM CUDA codegen -> nvcc (tilex.jit.nvcc, headers from src/)
 """
@@ -45,9 +45,11 @@ def tvm_passes(config):
         tirx.transform.FP8ComputeLegalize(),
         tirx.transform.VerifyMemory(),
         tirx.transform.AnnotateEntryFunc(),
+        # merge first: buffers that end up sharing memory then look like one buffer to ThreadSync, which
+        # inserts the barriers their reuse needs
+        s_tir.transform.MergeSharedMemoryAllocations(),
         s_tir.transform.ThreadSync("shared"),
         s_tir.transform.ThreadSync("shared.dyn"),
-        s_tir.transform.MergeSharedMemoryAllocations(),
         tirx.transform.SplitHostDevice(),
         tirx.transform.MakePackedAPI(),
         tirx.transform.FP8StorageLegalize(),

@@ -4,9 +4,9 @@ Consumes: tile-level IR (before layout inference). In a loop annotated ``tilex.n
 top-level ``T.copy`` statements from global to a shared buffer allocated outside the loop are producers; every other
 statement is a consumer.
 Produces: each produced buffer ``X (shape)`` becomes ``X (S, shape)``; a prologue issues the copies of the first S-1
-iterations; iteration k issues the copy of iteration k+S-1 into stage (k+S-1) % S, commits it as one cp.async group,
-waits until only S-1 groups are in flight (so stage k % S has landed), synchronizes the block, runs the consumers on
-stage k % S, and synchronizes again before that stage is overwritten. Producer copies are marked asynchronous
+iterations; iteration k waits until at most S-2 cp.async groups are in flight (so stage k % S has landed), synchronizes the block
+once, issues the copy of iteration k+S-1 into stage (k+S-1) % S (the stage everyone finished reading in iteration
+k-1) as one commit group, and runs the consumers on stage k % S. Producer copies are marked asynchronous
 (cp.async); copies that cannot be (sub-4-byte vectors) stay synchronous, which the same schedule keeps correct.
 Loops whose shape does not fit this plan are left serial (still correct, not overlapped).
 """
@@ -145,10 +145,12 @@ class _Pipeliner:
             if not analyzer.can_prove(cond):
                 stmt = tirx.IfThenElse(cond, stmt, None)
             prologue += [stmt, commit]
+        # one barrier per iteration: after it every thread (a) sees stage k % S and (b) has finished computing
+        # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k
         ahead = k + (stages - 1)
-        step = [tirx.IfThenElse(ahead < loop.min + n, issue(ahead), None), commit,
-                _extern(f"tilex::cp_async_wait<{stages - 1}>"), _sync(),
-                _retarget(_seq(consumers), bufmap, tirx.floormod(k, stages)), _sync()]
+        step = [_extern(f"tilex::cp_async_wait<{stages - 2}>"), _sync(),
+                tirx.IfThenElse(ahead < loop.min + n, issue(ahead), None), commit,
+                _retarget(_seq(consumers), bufmap, tirx.floormod(k, stages))]
         ann = {key: v for key, v in loop.annotations.items()
                if key not in (NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE)}
         new_loop = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq(step), None, ann)
