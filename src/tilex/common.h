@@ -6,3 +6,4 @@
 
 #include "tilex/copy_async.h"
 #include "tilex/mma_sm80.h"
+#include "tilex/wgmma_sm90.h"

@@ -20,7 +20,16 @@ def test_pipelined_loop_is_multibuffered_with_cp_async():
     assert script.count("tilex::cp_async<16>") >= 6  # prologue (2 stages x 2 copies) + steady state
     assert "tilex::cp_async_wait<1>" in script
     assert "(k + 2) % 3" in script  # the copy for iteration k + 2 lands in its own stage
+    assert "tilex::wgmma_m64n128k16_f16<0, 1>" in script  # sm90: A K-major, B (K x N) MN-major
+    assert "tilex::fence_proxy_async" in script
+
+
+@pytest.mark.parametrize("target,configs", [(tvm.target.Target({"kind": "cuda", "arch": "sm_80"}), None),
+                                            (SM90, {"tilex.disable_wgmma": True})])
+def test_mma_sync_path(target, configs):
+    script = lower_to_tir(matmul(1024, 1024, 1024), target, configs)["main"].script()
     assert "tilex::ldmatrix_x4" in script and "tilex::mma_m16n8k16_f16" in script
+    assert "wgmma" not in script
 
 
 def test_single_stage_loop_stays_serial():

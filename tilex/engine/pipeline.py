@@ -15,6 +15,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.tirx import compilation_pipeline as cp
 
+from tilex import config
 from tilex.transform.frontend_canonicalize import canonicalize
 from tilex.transform.inject_pipeline import inject_pipeline
 from tilex.transform.layout_inference import layout_inference
@@ -28,7 +29,7 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     manager) so that a user error keeps its Python type (LayoutConflictError, TileOpError, ...)."""
     func = canonicalize(func)
     func = inject_pipeline(func)
-    func = layout_inference(func)
+    func = layout_inference(func, target)
     return lower_tile_ops(func, target)
 
 
@@ -70,9 +71,10 @@ def _tilex_pipeline():
 cp.register_tir_pipeline(PIPELINE_NAME, _tilex_pipeline)
 
 
-def lower_to_tir(func: tirx.PrimFunc, target: tvm.target.Target) -> tvm.IRModule:
+def lower_to_tir(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | None = None) -> tvm.IRModule:
     """Run only tilex's tile passes (for inspection and tests): returns per-thread TIR before TVM's passes."""
-    with target:
+    ours, _ = config.split(pass_configs)
+    with config.scope(ours), target:
         return tvm.IRModule({"main": run_tile_passes(func, target)})
 
 
@@ -81,6 +83,7 @@ def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | N
     from tilex.jit import nvcc  # noqa: F401 - registers the CUDA compile/postproc hooks
 
     name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "main"
-    with tvm.transform.PassContext(opt_level=3, config=dict(pass_configs or {})), target:
+    ours, theirs = config.split(pass_configs)
+    with config.scope(ours), tvm.transform.PassContext(opt_level=3, config=theirs), target:
         mod = tvm.IRModule({name: run_tile_passes(func, target)})
         return tvm.compile(mod, target=target, tir_pipeline=PIPELINE_NAME)

@@ -24,6 +24,14 @@ class TileOpError(ValueError):
     """A tile operator was used in a way tilex does not support (with the reason)."""
 
 
+def target_arch(target) -> tuple[int, bool]:
+    """(compute capability as an int like 90, whether it is an arch-specific 'a' target) of a CUDA target."""
+    if target is None or "arch" not in target.attrs:
+        return 80, False
+    arch = str(target.attrs["arch"]).replace("sm_", "")
+    return int(arch.rstrip("af")), arch.endswith("a")
+
+
 def scope_of(buffer) -> str:
     return buffer.scope()
 

@@ -1,6 +1,6 @@
 """`T.gemm`: C += A @ B on tensor cores, for tiles in shared memory (A, B) and a register fragment (C).
 
-sm80+ path: each warp owns a (wm, wn) sub-tile of C; per 16-wide k step it loads A and B with ``ldmatrix`` from
+sm90 (sm_90a) path: warpgroup MMA from shared memory, see gemm_wgmma.py. sm80+ path: each warp owns a (wm, wn) sub-tile of C; per 16-wide k step it loads A and B with ``ldmatrix`` from
 swizzled shared memory and issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate). Layout inference pins
 the swizzled shared layouts of A and B and the mma accumulator fragment of C at the strict level.
 """
@@ -11,6 +11,7 @@ import enum
 import tvm
 from tvm import tirx
 
+from tilex.op import gemm_wgmma
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
 from tilex.op.partition import analyzer_scope, static_shape
 from tilex.op.region import READ, READ_WRITE, Region, to_region
@@ -111,6 +112,14 @@ class GemmOp(TileOp):
         if level != InferLevel.STRICT:
             return {}
         wm, wn = self._check(ctx.threads)
+        c = self.C.buffer
+        if [int(s) for s in c.shape] != [self.M, self.N]:
+            raise TileOpError(f"T.gemm: C must be a whole {self.M}x{self.N} fragment, got {c.name}{list(c.shape)}")
+        wg = gemm_wgmma.plan(self, ctx.threads, ctx.target)
+        if wg is not None:
+            out = gemm_wgmma.operand_layouts(self)
+            out[c] = gemm_wgmma.accumulator_layout(self, wg)
+            return out
         out = {}
         for r in (self.A, self.B):
             buf = r.buffer
@@ -120,14 +129,26 @@ class GemmOp(TileOp):
                 if len(shape) > 2:
                     lay = lay.expand(shape[:-2])
                 out[buf] = lay
-        c = self.C.buffer
-        if [int(s) for s in c.shape] != [self.M, self.N]:
-            raise TileOpError(f"T.gemm: C must be a whole {self.M}x{self.N} fragment, got {c.name}{list(c.shape)}")
         out[c] = make_mma_accumulator_fragment(self.M, self.N, wm, wn)
         return out
 
     def lower(self, ctx):
         wm_n, wn_n = self._check(ctx.threads)
+        wg = gemm_wgmma.plan(self, ctx.threads, ctx.target)
+        if wg is not None:
+            return tirx.SeqStmt(self._clear(ctx) + gemm_wgmma.lower(self, ctx, wg))
+        return self._lower_mma(ctx, wm_n, wn_n)
+
+    def _clear(self, ctx):
+        if not self.clear_accum:
+            return []
+        z = tirx.Var("z", "int32")
+        frag = ctx.layout_map[self.C.buffer]
+        return [tirx.For(z, 0, frag.local_size, tirx.ForKind.UNROLLED,
+                         tirx.BufferStore(ctx.remap[self.C.buffer], tirx.const(0, "float32"), [z]))]
+
+    def _lower_mma(self, ctx, wm_n, wn_n):
+        """sm80 path: ldmatrix from swizzled shared memory + mma.sync.m16n8k16 per warp."""
         wm, wn = self.M // wm_n, self.N // wn_n
         mi_n, ni_n = wm // 16, wn // 8
         in_ty = _IN_DTYPES[str(self.A.buffer.dtype)]
@@ -184,13 +205,7 @@ class GemmOp(TileOp):
                       a_frag.access_ptr("r", offset=mi * 8, extent=8), b_frag.access_ptr("r", offset=ni * 4, extent=4))
         stmts.append(tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, tirx.For(ni, 0, ni_n, tirx.ForKind.UNROLLED, mma)))
         body = tirx.For(ki, 0, self.K // 16, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
-        prologue = [tirx.AllocBuffer(a_frag), tirx.AllocBuffer(b_frag)]
-        if self.clear_accum:
-            z = tirx.Var("z", "int32")
-            frag = ctx.layout_map[self.C.buffer]
-            prologue.append(tirx.For(z, 0, frag.local_size, tirx.ForKind.UNROLLED,
-                                     tirx.BufferStore(c_loc, tirx.const(0, "float32"), [z])))
-        return tirx.SeqStmt(prologue + [body])
+        return tirx.SeqStmt([tirx.AllocBuffer(a_frag), tirx.AllocBuffer(b_frag)] + self._clear(ctx) + [body])
 
 
 def _extern(name, *args):

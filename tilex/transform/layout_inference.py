@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 
+import tvm
 from tvm import tirx
 
 from tilex.op.base import InferContext, InferLevel, LayoutConflictError, TileOpError, is_fragment
@@ -70,7 +71,7 @@ def infer_layouts(ops, threads, target=None, pinned=None):
     return ctx.layout_map
 
 
-def layout_inference(func):
+def layout_inference(func, target=None):
     """Annotate `func` with inferred layouts (see the module docstring)."""
     info = kernel_info(func)
     if info is None:
@@ -80,7 +81,7 @@ def layout_inference(func):
         return func
     ops = [op for _, op in found]
     pinned = {}  # T.annotate_layout comes with issue #3
-    layout_map = infer_layouts(ops, info.threads, pinned=pinned)
+    layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned)
     loop_layouts = {}
     for stmt, op in found:
         if isinstance(op, ParallelOp) and op.loop_layout is not None:
@@ -108,4 +109,5 @@ def _annotate_loops(body, loop_layouts):
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.LayoutInference")
 def LayoutInference(func, mod, pass_ctx):  # noqa: N802
-    return layout_inference(func)
+    target = func.attrs.get("target") if func.attrs is not None else None
+    return layout_inference(func, target or tvm.target.Target.current(allow_none=True))

@@ -14,7 +14,7 @@ import tvm_ffi
 from tvm import tirx
 
 from tilex._tir import BufferLoadNode
-from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared
+from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared, target_arch
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info
@@ -50,9 +50,7 @@ def lower_tile_ops(func, target=None):
     enc = func.attrs.get(LAYOUT_MAP_ATTR) if func.attrs is not None else None
     layout_map = {b: decode(v) for b, v in enc.items()} if enc is not None else {}
     remap = _physical_buffers(_allocated_buffers(func.body), layout_map)
-    arch = 80
-    if target is not None and "arch" in target.attrs:
-        arch = int(str(target.attrs["arch"]).replace("sm_", "").rstrip("a"))
+    arch = target_arch(target)[0]
     ctx = LowerContext(layout_map=layout_map, thread_var=info.thread_var, threads=info.threads, target=target,
                        analyzer=tvm.sym.Analyzer(), remap=remap, arch=arch)
     ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)

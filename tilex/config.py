@@ -1,0 +1,45 @@
+"""tilex's own compile options (``pass_configs`` keys ``tilex.*``; TileLang's ``tl.*`` spellings are accepted).
+
+TVM's PassContext only takes options registered in C++, so tilex keeps its own next to it: `build` splits the
+user's ``pass_configs`` into TVM options and tilex options and makes the latter current while it compiles.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+
+KNOWN = {
+    "disable_wgmma": "use mma.sync instead of wgmma for T.gemm on sm90",
+}
+
+_current: contextvars.ContextVar[dict] = contextvars.ContextVar("tilex_config", default={})
+
+
+def split(pass_configs):
+    """(tilex options {short name: value}, TVM PassContext options) from a user ``pass_configs`` dict."""
+    ours, theirs = {}, {}
+    for key, value in dict(pass_configs or {}).items():
+        for prefix in ("tilex.", "tl."):
+            if key.startswith(prefix):
+                name = key[len(prefix):]
+                if name not in KNOWN:
+                    raise ValueError(f"unknown pass config '{key}'; tilex knows: "
+                                     + ", ".join(f"tilex.{k} ({v})" for k, v in KNOWN.items()))
+                ours[name] = value
+                break
+        else:
+            theirs[key] = value
+    return ours, theirs
+
+
+@contextlib.contextmanager
+def scope(options):
+    token = _current.set(dict(options))
+    try:
+        yield
+    finally:
+        _current.reset(token)
+
+
+def get(name, default=None):
+    return _current.get().get(name, default)

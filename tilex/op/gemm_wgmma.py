@@ -1,0 +1,137 @@
+"""The sm90 half of T.gemm: warpgroup MMA (``wgmma.mma_async``) with both operands read from shared memory.
+
+Selected by `GemmOp` on sm_90a targets when the block is whole warpgroups and the tiles fit (see `plan`). Each
+warpgroup owns a (wm, wn) slab of C; per 16-wide k step it issues one ``m64nNk16`` per 64 rows (N <= 256 per
+instruction). Operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
+(transposed in the instruction) as the program stores them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+from tilex import config
+from tilex.op.base import is_shared, target_arch
+
+_TY = {"float16": "f16", "bfloat16": "bf16"}
+
+
+@dataclass
+class WgmmaPlan:
+    wg_m: int
+    wg_n: int
+    wm: int
+    wn: int
+    n_inst: int  # N of one instruction (wn split into wn // n_inst instructions)
+
+
+def plan(op, threads, target):
+    """A WgmmaPlan if T.gemm `op` can run on wgmma for this block/target, else None (mma.sync is used)."""
+    arch, arch_specific = target_arch(target)
+    if arch < 90 or not arch_specific or config.get("disable_wgmma", False):
+        return None
+    if threads % 128 or str(op.A.buffer.dtype) not in _TY or not (is_shared(op.A.buffer) and is_shared(op.B.buffer)):
+        return None
+    for r in (op.A, op.B):  # operands must be whole 2-d (trailing) tiles of their buffers
+        if [int(s) for s in r.buffer.shape[-2:]] != [int(e) for e in r.extents[-2:]]:
+            return None
+    groups = threads // 128
+    options = []
+    for wg_m in range(groups, 0, -1):
+        if groups % wg_m:
+            continue
+        wg_n = groups // wg_m
+        if op.M % (64 * wg_m) == 0 and op.N % (8 * wg_n) == 0:
+            options.append((wg_m, wg_n))
+    if not options or op.K % 16:
+        return None
+    wg_m, wg_n = options[0]
+    wm, wn = op.M // wg_m, op.N // wg_n
+    n_inst = wn
+    while n_inst > 256 or wn % n_inst:
+        n_inst -= 8
+    if not _operand_ok(op) or n_inst <= 0:
+        return None
+    return WgmmaPlan(wg_m, wg_n, wm, wn, n_inst)
+
+
+def _operand_dims(op):
+    """[(region, rows, cols, k_major)] with `cols` the contiguous dimension of each operand tile."""
+    a_rows, a_cols = (op.K, op.M) if op.trans_a else (op.M, op.K)
+    b_rows, b_cols = (op.N, op.K) if op.trans_b else (op.K, op.N)
+    return [(op.A, a_rows, a_cols, not op.trans_a), (op.B, b_rows, b_cols, op.trans_b)]
+
+
+def _operand_ok(op):
+    from tilex.layout.wgmma import wgmma_swizzle_bytes
+
+    for region, rows, cols, k_major in _operand_dims(op):
+        s = wgmma_swizzle_bytes(rows, cols, tvm.DataType(str(region.buffer.dtype)).bits)
+        if s == 0:
+            return False
+        if not k_major and cols % (s // 2) and cols > s // 2:
+            return False
+    return True
+
+
+def operand_layouts(op):
+    from tilex.layout.wgmma import make_wgmma_operand_layout
+
+    out = {}
+    for region, rows, cols, _ in _operand_dims(op):
+        buf = region.buffer
+        lay = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
+        shape = [int(s) for s in buf.shape]
+        if len(shape) > 2:
+            lay = lay.expand(shape[:-2])
+        out[buf] = lay
+    return out
+
+
+def accumulator_layout(op, p: WgmmaPlan):
+    from tilex.layout.wgmma import make_wgmma_accumulator_fragment
+
+    return make_wgmma_accumulator_fragment(op.M, op.N, p.wg_m, p.wg_n)
+
+
+def lower(op, ctx, p: WgmmaPlan):
+    from tilex.layout.wgmma import wgmma_swizzle_bytes
+
+    t = ctx.thread_var
+    g = tirx.floordiv(t, 128)
+    row0 = tirx.floordiv(g, p.wg_n) * p.wm
+    col0 = tirx.floormod(g, p.wg_n) * p.wn
+    bits = tvm.DataType(str(op.A.buffer.dtype)).bits
+    (a_reg, a_rows, a_cols, a_kmaj), (b_reg, b_rows, b_cols, b_kmaj) = _operand_dims(op)
+    sa = wgmma_swizzle_bytes(a_rows, a_cols, bits)
+    sb = wgmma_swizzle_bytes(b_rows, b_cols, bits)
+    c_loc = ctx.remap[op.C.buffer]
+    ki, mb, nb = (tirx.Var(n, "int32") for n in ("wk", "wm", "wn"))
+
+    def desc(region, swz, k_major, rows, coord):
+        buf, idx = ctx.physical_index(region.buffer, region.index(coord))
+        ptr = buf.access_ptr("r", offset=ctx.analyzer.simplify(idx[0]), extent=1)
+        lbo = 16 if k_major else rows * swz  # MN-major: the next plane of the contiguous dimension
+        return tirx.call_extern("uint64", "tilex::wgmma_desc", ptr, lbo, 8 * swz, swz)
+
+    m_at = row0 + mb * 64
+    n_at = col0 + nb * p.n_inst
+    a_coord = [m_at, ki * 16] if a_kmaj else [ki * 16, m_at]
+    b_coord = [ki * 16, n_at] if not b_kmaj else [n_at, ki * 16]
+    da = desc(op.A, sa, a_kmaj, a_rows, a_coord)
+    db = desc(op.B, sb, b_kmaj, b_rows, b_coord)
+    fn = f"tilex::wgmma_m64n{p.n_inst}k16_{_TY[str(op.A.buffer.dtype)]}<{int(not a_kmaj)}, {int(not b_kmaj)}>"
+    acc = c_loc.access_ptr("rw", offset=mb * (p.wn // 2) + nb * (p.n_inst // 2), extent=p.n_inst // 2)
+    inst = tirx.Evaluate(tirx.call_extern("void", fn, acc, da, db, 1))
+    body = tirx.For(nb, 0, p.wn // p.n_inst, tirx.ForKind.UNROLLED, inst)
+    body = tirx.For(mb, 0, p.wm // 64, tirx.ForKind.UNROLLED, body)
+    body = tirx.For(ki, 0, op.K // 16, tirx.ForKind.UNROLLED, body)
+    # smem written by st.shared / cp.async must be fenced into the async proxy before the barrier wgmma waits on
+    return [_ext("tilex::fence_proxy_async"), tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared")),
+            _ext("tilex::wgmma_fence"), body, _ext("tilex::wgmma_commit"), _ext("tilex::wgmma_wait<0>")]
+
+
+def _ext(name):
+    return tirx.Evaluate(tirx.call_extern("void", name))
