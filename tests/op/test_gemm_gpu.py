@@ -32,3 +32,34 @@ def test_gemm_matches_torch(shape, layout, dtype):
     torch.cuda.synchronize()
     # inputs are O(1) random: scale tolerances by sqrt(K) as accumulation error grows with K
     torch.testing.assert_close(c.float() / K ** 0.5, ref / K ** 0.5, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("shape", [(1000, 1000, 1000), (257, 129, 4096)], ids=lambda s: "x".join(map(str, s)))
+def test_gemm_mma_sync_path_matches_torch(shape, layout, dtype):
+    """The sm80 path (ldmatrix + mma.sync), forced on the H200 by disabling wgmma."""
+    M, N, K = shape
+    ta, tb = LAYOUTS[layout]
+    kernel = tilex.compile(matmul(M, N, K, dtype=dtype, trans_a=ta, trans_b=tb), out_idx=[2],
+                           pass_configs={"tilex.disable_wgmma": True})
+    assert "mma_m16n8k16" in kernel.get_kernel_source()
+    tdt = getattr(torch, dtype)
+    a = torch.randn((K, M) if ta else (M, K), device="cuda", dtype=tdt)
+    b = torch.randn((N, K) if tb else (K, N), device="cuda", dtype=tdt)
+    ref = (a.t() if ta else a).float() @ (b.t() if tb else b).float()
+    torch.testing.assert_close(kernel(a, b).float() / K ** 0.5, ref / K ** 0.5, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [(128, 256, 64, 3, 256), (256, 128, 64, 3, 256), (64, 128, 64, 4, 128),
+                                 (128, 128, 128, 2, 128)])
+def test_gemm_tile_configs(cfg):
+    bm, bn, bk, stages, threads = cfg
+    M, N, K = 1000, 1000, 1000
+    kernel = tilex.compile(matmul(M, N, K, bm, bn, bk, stages, threads), out_idx=[2])
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b).float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5,
+                               atol=1e-2, rtol=1e-2)
