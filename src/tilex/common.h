@@ -7,3 +7,5 @@
 #include "tilex/copy_async.h"
 #include "tilex/mma_sm80.h"
 #include "tilex/wgmma_sm90.h"
+#include "tilex/reduce.h"
+#include "tilex/atomic.h"

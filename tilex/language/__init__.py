@@ -3,11 +3,13 @@
 from tvm.script.tirx import *  # the TVMScript surface: dtypes, math, T.serial, T.if_then_else, ...
 from tvm.script.tirx import Buffer
 
+from tilex.language.atomic import atomic_add, atomic_max, atomic_min
 from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, alloc_var
 from tilex.language.kernel import Kernel
 from tilex.language.loop import Parallel, Pipelined
 from tilex.language.parser import prim_func
-from tilex.language.tileop import GemmWarpPolicy, clear, copy, fill, gemm
+from tilex.language.tileop import (GemmWarpPolicy, clear, copy, fill, gemm, reduce, reduce_abssum, reduce_absmax,
+                                   reduce_max, reduce_min, reduce_sum)
 
 Tensor = Buffer  # TileLang spells parameter annotations T.Tensor
 

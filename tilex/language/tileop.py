@@ -4,6 +4,7 @@ from __future__ import annotations
 from tilex.op.copy import copy_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import GemmWarpPolicy, gemm_call
+from tilex.op.reduce import reduce_call
 
 
 def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
@@ -28,4 +29,31 @@ def clear(buffer):
     return fill_call(buffer, 0)
 
 
-__all__ = ["copy", "gemm", "fill", "clear", "GemmWarpPolicy"]
+def reduce(buffer, out, reduce_type, dim=-1, clear=True):
+    """Reduce `buffer` along `dim` into `out` (reduce_type: sum, max, min, abssum, absmax); with clear=False the
+    result is combined with what `out` already holds."""
+    return reduce_call(buffer, out, reduce_type, dim, clear)
+
+
+def reduce_sum(buffer, out, dim=-1, clear=True):
+    return reduce_call(buffer, out, "sum", dim, clear)
+
+
+def reduce_max(buffer, out, dim=-1, clear=True):
+    return reduce_call(buffer, out, "max", dim, clear)
+
+
+def reduce_min(buffer, out, dim=-1, clear=True):
+    return reduce_call(buffer, out, "min", dim, clear)
+
+
+def reduce_abssum(buffer, out, dim=-1, clear=True):
+    return reduce_call(buffer, out, "abssum", dim, clear)
+
+
+def reduce_absmax(buffer, out, dim=-1, clear=True):
+    return reduce_call(buffer, out, "absmax", dim, clear)
+
+
+__all__ = ["copy", "gemm", "fill", "clear", "GemmWarpPolicy", "reduce", "reduce_sum", "reduce_max", "reduce_min",
+           "reduce_abssum", "reduce_absmax"]

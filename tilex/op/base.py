@@ -116,6 +116,7 @@ class TileOp:
     """A tile-level operator carried by a TIR Call. Subclasses set `op_name` via @register_tile_op."""
 
     op_name = "tilex.?"
+    free_rank = 0  # order among operators at the free level: weak users (fill) choose last
 
     @classmethod
     def from_call(cls, call):  # pragma: no cover - abstract

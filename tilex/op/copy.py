@@ -86,15 +86,18 @@ class CopyOp(TileOp):
         return {}
 
     def _plan(self, ctx, other: Region | None):
+        """A coalesced layout over the fragment's full buffer shape, vectorized as far as `other` allows."""
+        frag = self.dst if is_fragment(self.dst.buffer) else self.src
+        shape = [int(s) for s in frag.buffer.shape]
         bits = tvm.DataType(str((other.buffer if other else self.dst.buffer).dtype)).bits
         accesses = []
         if other is not None and (is_global(other.buffer) or is_shared(other.buffer)):
-            accesses.append((other.buffer, other.index))
-        vec = pick_vector(self.extents, ctx.threads, bits, accesses, ctx.analyzer, {})
-        plan = coalesced_plan(self.extents, ctx.threads, vec)
+            accesses.append((other.buffer, lambda ix: other.index(_tile_index(shape, ix))))
+        vec = pick_vector(shape, ctx.threads, bits, accesses, ctx.analyzer, {})
+        plan = coalesced_plan(shape, ctx.threads, vec)
         while plan is None and vec > 1:
             vec //= 2
-            plan = coalesced_plan(self.extents, ctx.threads, vec)
+            plan = coalesced_plan(shape, ctx.threads, vec)
         if plan is None:
             raise TileOpError(f"{self.describe()}: cannot deal a {self.extents} tile evenly to {ctx.threads} threads")
         return plan
@@ -139,13 +142,17 @@ class CopyOp(TileOp):
             frag = ctx.layout_map.get(frag_side.buffer)
             if frag is None:
                 raise TileOpError(f"{self.describe()}: fragment '{frag_side.buffer.name}' has no layout")
+            fshape = [int(s) for s in frag_side.buffer.shape]
             vec = fragment_vector_width(frag, 8, ctx.analyzer)
             while vec > 1 and not all(
-                    access_vectorizable(r.buffer, self._phys_index_fn(ctx, r), self.extents, vec, ctx.analyzer, bind)
+                    access_vectorizable(r.buffer, lambda ix, r=r: self._phys_index_fn(ctx, r)(_tile_index(fshape, ix)),
+                                        fshape, vec, ctx.analyzer, bind)
                     for r in (self.src, self.dst) if not is_fragment(r.buffer)):
                 vec //= 2
 
-            def make_frag(ix, gix, l_flat):
+            def make_frag(fix, fgix, l_flat):
+                # emit_by_fragment yields indices of the fragment buffer; the copy speaks in tile indices
+                ix, gix = _tile_index(fshape, fix), _tile_index(fshape, fgix)
                 value = self._value(ctx, ix)
                 if is_fragment(sb) and frag.is_equal(ctx.layout_map.get(sb)):
                     value = tirx.BufferLoad(ctx.remap[sb], [l_flat])
@@ -202,6 +209,12 @@ class CopyOp(TileOp):
         for v, e in reversed(list(zip(ivars, self.extents))):
             body = tirx.For(v, 0, e, tirx.ForKind.SERIAL, body)
         return body
+
+
+def _tile_index(buffer_shape, ix):
+    """Tile indices (unit dims dropped) of a whole-buffer index."""
+    out = [i for i, e in zip(ix, buffer_shape) if e != 1]
+    return out or [ix[-1]]
 
 
 def _strip_vector_loops(stmt):

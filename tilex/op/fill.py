@@ -23,6 +23,7 @@ def fill_call(buffer, value):
 
 @register_tile_op("tilex.fill")
 class FillOp(TileOp):
+    free_rank = 1  # a fill does not care about the layout: let the buffer's real producers/consumers choose
     def __init__(self, dst: Region, value):
         self.dst, self.value = dst, value
         self.extents = static_shape(dst.shape, "T.fill") or [1]
@@ -40,9 +41,10 @@ class FillOp(TileOp):
     def infer_layout(self, ctx, level):
         buf = self.dst.buffer
         if level == InferLevel.FREE and is_fragment(buf) and ctx.layout_map.get(buf) is None:
-            plan = coalesced_plan(self.extents, ctx.threads, 4)
+            shape = [int(s) for s in buf.shape]
+            plan = coalesced_plan(shape, ctx.threads, 4)
             if plan is None:
-                plan = coalesced_plan(self.extents, ctx.threads, 1)
+                plan = coalesced_plan(shape, ctx.threads, 1)
             if plan is None:
                 raise TileOpError(f"{self.describe()}: cannot deal {self.extents} to {ctx.threads} threads")
             return {buf: plan}
@@ -60,7 +62,7 @@ class FillOp(TileOp):
             frag = ctx.layout_map.get(buf)
             if frag is None:
                 raise TileOpError(f"{self.describe()}: fragment '{buf.name}' has no layout")
-            if list(self.extents) != [int(s) for s in buf.shape]:
+            if [e for e in self.extents if e != 1] != [int(s) for s in buf.shape if int(s) != 1]:
                 raise TileOpError(f"{self.describe()}: a fragment must be filled whole")
 
             def make_frag(ix, _g, l_flat):

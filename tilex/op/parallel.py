@@ -88,7 +88,14 @@ class ParallelOp(TileOp):
         result = {}
         for buf, idx in frags:
             if not _same_vars(idx, self.vars):
-                continue  # checked at lowering: must be owned by the same thread
+                keep = _subset_of_vars(idx, self.vars)
+                if keep is not None and ctx.layout_map.get(buf) is None and buf not in result:
+                    # a broadcast operand (bias[j], row_max[i]): replicate it over the threads that read it
+                    from tilex.layout.project import project
+
+                    drop = [d for d in range(len(self.vars)) if d not in keep]
+                    result[buf] = project(self.loop_layout, drop)[0]
+                continue  # other patterns are checked at lowering: the loop's threads must own the element
             have = ctx.layout_map.get(buf, result.get(buf))
             if have is None:
                 result[buf] = self.loop_layout
@@ -145,21 +152,59 @@ class ParallelOp(TileOp):
         return 1
 
     def _check_ownership(self, ctx, frag):
+        """Every fragment element the loop touches must live in the thread that runs that iteration (checked by
+        enumerating the static iteration space)."""
         for buf, idx in self._fragment_accesses():
             lay = ctx.layout_map.get(buf)
             if lay is None:
                 raise TileOpError(f"fragment '{buf.name}' used in T.Parallel{tuple(self.extents)} has no layout")
             if _same_vars(idx, self.vars) and lay.is_equal(frag):
                 continue
-            if lay.replicate >= ctx.threads and lay.thread_extent >= ctx.threads:
-                continue  # fully replicated: every thread holds every element
-            raise TileOpError(
-                f"T.Parallel{tuple(self.extents)} reads fragment '{buf.name}' as {buf.name}{idx}, which the loop's "
-                f"threads do not own under its layout {lay}; broadcast/reduction access patterns need layout "
-                f"inference for replicated fragments (not supported yet)")
+            if not _owned(frag, lay, idx, self.vars, self.extents):
+                raise TileOpError(
+                    f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, but "
+                    f"under its layout {lay} some elements live in other threads than the iterations that use them "
+                    f"(loop layout {frag}); copy it through shared memory or change the access")
 
     def describe(self):
         return f"T.Parallel{tuple(self.extents)}"
+
+
+def _subset_of_vars(indices, vars_):
+    """Positions of `indices` in `vars_` if the indices are distinct loop vars in loop order, else None."""
+    pos = []
+    for i in indices:
+        hit = [k for k, v in enumerate(vars_) if isinstance(i, tvm.ir.Var) and i.same_as(v)]
+        if not hit:
+            return None
+        pos.append(hit[0])
+    if pos != sorted(set(pos)) or len(pos) == len(vars_):
+        return None
+    return pos
+
+
+def _owned(loop_frag, lay, idx, vars_, extents):
+    """Whether, for every iteration, some replica of the accessed element lives in the iteration's thread."""
+    import numpy as np
+
+    from tilex.op.partition import substitute
+
+    grids = np.meshgrid(*[np.arange(e) for e in extents], indexing="ij")
+    loop_t, _ = loop_frag.map_numpy(*grids)
+    loop_t = np.broadcast_to(np.asarray(loop_t), grids[0].shape)
+    # evaluate the access indices on the iteration grid
+    from tilex.layout._expr import compile_numpy
+
+    acc = compile_numpy([tvm.sym.Analyzer().simplify(e) for e in idx], list(vars_))(*grids)
+    acc = [np.broadcast_to(np.asarray(a), grids[0].shape) for a in acc]
+    for a, s in zip(acc, lay.input_shape):
+        if a.min() < 0 or a.max() >= s:
+            return False
+    ok = np.zeros(grids[0].shape, dtype=bool)
+    for r in range(int(lay.replicate)):
+        t, _ = lay.map_numpy(*acc, rep=r)
+        ok |= np.asarray(t) == loop_t
+    return bool(ok.all())
 
 
 def _phys(ctx, buf, idx, vars_, ix):
@@ -170,23 +215,27 @@ def _phys(ctx, buf, idx, vars_, ix):
 
 
 def _direct_fragment_access(body, frag, ix, l_flat, ctx):
-    """Rewrite accesses of fragments laid out like the loop, indexed by the loop's own indices, to local `l_flat`."""
-    targets = {b for b in ctx.remap if is_fragment(b) and ctx.layout_map.get(b) is not None
-               and ctx.layout_map[b].is_equal(frag)}
-    if not targets:
-        return body
+    """Rewrite fragment accesses to per-thread local indices: `l_flat` for fragments laid out like the loop and
+    indexed by its own indices, the fragment's local offset otherwise (ownership was checked)."""
+    same_layout = {b for b in ctx.remap if is_fragment(b) and ctx.layout_map.get(b) is not None
+                   and ctx.layout_map[b].is_equal(frag)}
 
     def same(idx):
         return len(idx) == len(ix) and all(a.same_as(b) for a, b in zip(idx, ix))
 
+    def local(buf, idx):
+        if buf in same_layout and same(idx):
+            return l_flat
+        return ctx.layout_map[buf].local_offset(idx, ctx.analyzer)
+
     def on_load(n):
-        if n.source in targets and same(list(n.indices)):
-            return tirx.BufferLoad(ctx.remap[n.source], [l_flat])
+        if is_fragment(n.source) and n.source in ctx.remap:
+            return tirx.BufferLoad(ctx.remap[n.source], [local(n.source, list(n.indices))])
         return n
 
     def on_store(n):
-        if n.buffer in targets and same(list(n.indices)):
-            return tirx.BufferStore(ctx.remap[n.buffer], n.value, [l_flat])
+        if is_fragment(n.buffer) and n.buffer in ctx.remap:
+            return tirx.BufferStore(ctx.remap[n.buffer], n.value, [local(n.buffer, list(n.indices))])
         return n
 
     return tvm_ffi.structural_map(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")

@@ -60,7 +60,7 @@ def infer_layouts(ops, threads, target=None, pinned=None):
     for op in ops:
         merge(op, op.infer_layout(ctx, InferLevel.STRICT))
     propagate(ops)
-    for op in ops:
+    for op in sorted(ops, key=lambda o: o.free_rank):  # stable: program order within a rank
         changed = merge(op, op.infer_layout(ctx, InferLevel.FREE))
         propagate([u for b in changed for u in users.get(b, []) if u is not op] + [op])
 

@@ -1,0 +1,68 @@
+"""The examples against torch on the GPU, including ragged shapes."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+
+torch = pytest.importorskip("torch")
+
+import tilex  # noqa: E402
+from column_sum import column_sum_kernel  # noqa: E402
+from gemm_epilogue import gemm_bias_act_kernel, reference  # noqa: E402
+from norms import layernorm_kernel, rmsnorm_kernel  # noqa: E402
+from softmax import softmax_kernel  # noqa: E402
+from transpose import transpose_kernel  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("shape,bm,threads", [((4096, 4096), 1, 256), ((1000, 1000), 1, 128), ((33, 4100), 1, 256),
+                                              ((256, 512), 4, 128), ((64, 64), 8, 128)])
+def test_softmax(shape, bm, threads):
+    M, N = shape
+    k = tilex.compile(softmax_kernel(M, N, bm=bm, threads=threads), out_idx=[1])
+    x = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(k(x), torch.softmax(x.float(), 1).half(), atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (1000, 1000), (7, 8192)])
+def test_rmsnorm_layernorm(shape):
+    M, N = shape
+    x = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    w = torch.randn(N, device="cuda", dtype=torch.float16)
+    b = torch.randn(N, device="cuda", dtype=torch.float16)
+    rms = tilex.compile(rmsnorm_kernel(M, N), out_idx=[2])
+    ln = tilex.compile(layernorm_kernel(M, N), out_idx=[3])
+    ref_rms = torch.nn.functional.rms_norm(x.float(), (N,), w.float(), eps=1e-6)
+    ref_ln = torch.nn.functional.layer_norm(x.float(), (N,), w.float(), b.float(), eps=1e-5)
+    torch.testing.assert_close(rms(x, w).float(), ref_rms, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(ln(x, w, b).float(), ref_ln, atol=2e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("shape", [(4096, 4096), (1000, 1000), (100, 33)])
+def test_column_sum(shape):
+    M, N = shape
+    k = tilex.compile(column_sum_kernel(M, N), out_idx=[1])
+    x = torch.randint(-8, 8, (M, N), device="cuda").float()
+    torch.testing.assert_close(k(x), x.sum(0), atol=0, rtol=0)  # integer-valued: exact
+
+
+@pytest.mark.parametrize("shape", [(1024, 2048), (1000, 700), (65, 3)])
+def test_transpose(shape):
+    M, N = shape
+    k = tilex.compile(transpose_kernel(M, N), out_idx=[1])
+    a = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(k(a), a.t().contiguous(), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("act", ["relu", "gelu"])
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (1000, 1000, 1000), (257, 129, 512)])
+def test_gemm_bias_activation(shape, act):
+    M, N, K = shape
+    k = tilex.compile(gemm_bias_act_kernel(M, N, K, act), out_idx=[3])
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16) / K ** 0.5
+    bias = torch.randn(N, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(k(a, b, bias).float(), reference(a, b, bias, act), atol=2e-2, rtol=2e-2)

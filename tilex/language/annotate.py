@@ -1,0 +1,133 @@
+"""Annotations of tile programs: block rasterization (``T.use_swizzle``) and user-written layouts
+(``T.Layout``, ``T.Fragment``, ``T.make_swizzled_layout``).
+
+``T.use_swizzle`` only leaves a marker statement in the body; ``tilex.transform.thread_block_swizzle`` turns it
+into the remapping of the kernel's block indices. The layout constructors build ``tilex.layout`` objects from
+Python functions of the index placeholders.
+"""
+from __future__ import annotations
+
+import numpy as np
+from tvm import tirx
+
+from tilex.layout import Fragment as _Fragment
+from tilex.layout import Layout as _Layout
+from tilex.layout import LayoutError
+from tilex.layout import make_swizzled_layout as _make_swizzled_layout
+from tilex.op.registry import register_intrinsic
+
+USE_SWIZZLE_OP = "tilex.use_swizzle"
+SWIZZLE_ORDERS = ("row", "column")  # the marker carries the position in this tuple
+
+register_intrinsic(USE_SWIZZLE_OP)
+
+
+def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
+    """Rasterize the 2-d grid of blocks in panels so that blocks running at the same time share tiles in L2.
+
+    Write it inside a ``T.Kernel`` body (usually as its first statement). ``blockIdx.x/y`` stay the hardware
+    indices; the kernel's block variables (``bx, by``) become a permutation of the grid:
+
+    * ``order="row"``: the grid is cut into panels of ``panel_size`` grid rows (``by`` values); blocks are
+      launched panel after panel, and inside a panel column by column (``by`` fastest), alternating the
+      column direction from one panel to the next;
+    * ``order="column"``: the same with the roles of x and y exchanged (panels of ``panel_size`` grid columns).
+
+    A last panel with fewer rows (columns) is traversed the same way, so every block index is produced exactly
+    once. ``enable=False`` leaves the kernel unchanged; on a 1-d grid the swizzle is the identity.
+    """
+    if not enable:
+        return None
+    if isinstance(panel_size, tirx.IntImm):
+        panel_size = int(panel_size.value)
+    if isinstance(panel_size, (bool, np.bool_)) or not isinstance(panel_size, (int, np.integer)):
+        raise TypeError(f"T.use_swizzle: panel_size must be an int, got {panel_size!r}")
+    panel = int(panel_size)
+    if panel < 1:
+        raise ValueError(f"T.use_swizzle: panel_size must be positive, got {panel}")
+    if order not in SWIZZLE_ORDERS:
+        raise ValueError(f"T.use_swizzle: order must be one of {SWIZZLE_ORDERS}, got {order!r}")
+    return tirx.call_intrin("void", USE_SWIZZLE_OP, panel, SWIZZLE_ORDERS.index(order))
+
+
+# ---------------------------------------------------------------------------------------------------- layouts
+def _shape(shape):
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    return tuple(int(s.value) if isinstance(s, tirx.IntImm) else int(s) for s in shape)
+
+
+def Layout(shape, forward_fn):  # noqa: N802 - TileLang's spelling
+    """``T.Layout((m, n), lambda i, j: [j, i])``: a logical index -> physical index map.
+
+    ``forward_fn`` takes one index variable per dimension and returns a PrimExpr or a list of PrimExprs.
+    Returns a ``tilex.layout.Layout``.
+    """
+    if not callable(forward_fn):
+        raise TypeError(f"T.Layout: forward_fn must be callable, got {forward_fn!r}")
+    return _Layout(_shape(shape), forward_fn)
+
+
+def Fragment(shape, forward_fn=None, forward_thread_fn=None, forward_index_fn=None, replicate=1):  # noqa: N802
+    """``T.Fragment(shape, ...)``: a register-tile layout, logical index -> (thread, local index).
+
+    Give either
+      * ``forward_fn(*idx) -> (thread, index)`` (``index`` a PrimExpr or a list of them), or
+      * ``forward_thread_fn(*idx) -> thread`` and ``forward_index_fn(*idx) -> index``.
+    With ``replicate > 1`` every element lives in ``replicate`` threads, and the thread function
+    (``forward_fn`` or ``forward_thread_fn``) takes one more argument, the replica ``rep`` in ``[0, replicate)``;
+    the local index must not depend on it. Returns a ``tilex.layout.Fragment``.
+    """
+    shape = _shape(shape)
+    replicate = int(replicate)
+    if replicate < 1:
+        raise LayoutError(f"T.Fragment: replicate must be >= 1, got {replicate}")
+    vars_ = _Fragment.placeholders(len(shape))
+    rep = _Fragment.rep_var
+    extra = (rep,) if replicate > 1 else ()
+    if forward_fn is not None:
+        if forward_thread_fn is not None or forward_index_fn is not None:
+            raise ValueError("T.Fragment: give forward_fn or forward_thread_fn/forward_index_fn, not both")
+        out = forward_fn(*vars_, *extra)
+        if not isinstance(out, (tuple, list)) or len(out) != 2:
+            raise LayoutError(f"T.Fragment: forward_fn must return (thread, index), got {out!r}")
+        thread, index = out
+    else:
+        if forward_thread_fn is None or forward_index_fn is None:
+            raise ValueError("T.Fragment needs forward_fn, or both forward_thread_fn and forward_index_fn")
+        thread = forward_thread_fn(*vars_, *extra)
+        index = forward_index_fn(*vars_)
+    if isinstance(index, tuple):
+        index = list(index)
+    if replicate > 1 and _uses(index, rep):
+        raise LayoutError("T.Fragment: the local index must not depend on the replica variable")
+    return _Fragment(shape, thread, index, replicate=replicate)
+
+
+def _uses(exprs, var):
+    """Whether any expression in `exprs` (a PrimExpr, int, or list of them) mentions `var`."""
+    import tvm
+    import tvm_ffi
+
+    found = []
+    for e in exprs if isinstance(exprs, list) else [exprs]:
+        if isinstance(e, tvm.ir.expr.Expr):
+            tvm_ffi.structural_walk(e, (tvm.ir.Var, lambda v: found.append(v) if v.same_as(var) else None))
+    return bool(found)
+
+
+def make_swizzled_layout(buffer):
+    """The bank-conflict-free gemm layout of a shared buffer (``tilex.layout.make_swizzled_layout`` on its last
+    two dims; leading dims, e.g. pipeline stages, are kept as they are). Falls back to row-major where the
+    swizzle does not apply (see ``tilex.layout.swizzle``)."""
+    shape = _shape(buffer.shape)
+    if len(shape) < 2:
+        raise LayoutError(f"T.make_swizzled_layout: buffer '{buffer.name}' must have at least 2 dims, got {shape}")
+    import tvm
+
+    bits = tvm.DataType(str(buffer.dtype)).bits
+    lay = _make_swizzled_layout(shape[-2], shape[-1], bits)
+    return lay.expand(shape[:-2]) if len(shape) > 2 else lay
+
+
+__all__ = ["use_swizzle", "Layout", "Fragment", "make_swizzled_layout", "USE_SWIZZLE_OP", "SWIZZLE_ORDERS"]

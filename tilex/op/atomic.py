@@ -1,0 +1,328 @@
+"""`T.atomic_add` / `T.atomic_max` / `T.atomic_min`: atomic read-modify-write into global or shared memory.
+
+Two forms (both lower to the device helpers of ``src/tilex/atomic.h``):
+
+* element: ``T.atomic_add(C[i, j], v)`` -- ``dst`` a single element of a global/shared buffer, ``v`` a scalar
+  expression. Built directly as ``tilex::atomic_add(&C[i, j], v)`` (a ``call_extern``), so it can sit anywhere:
+  inside ``T.Parallel`` (whose lowering substitutes the loop variables inside the call), a serial loop, an ``if``.
+* tile: ``T.atomic_add(C[by * bm, bx * bn], C_frag)`` / ``T.atomic_add(C_region, S_shared)`` -- ``value`` a buffer or
+  region (fragment, shared, global or local). The tile operator ``tilex.atomic`` behaves like ``T.copy(value, dst)``
+  (a start element takes the other side's tile shape) but combines into ``dst`` atomically. Lowered as a
+  thread-partitioned loop (by the source fragment's layout, else a coalesced plan); ragged global tiles are guarded;
+  additions are vectorized where the hardware has a vector atomic: on sm_90 global memory ``float2``/``float4``
+  atomicAdd for fp32 and ``red.global.add.noftz.v{2,4}.{f16x2,bf16x2}`` (up to 8 halves) for fp16/bf16; elsewhere
+  ``__half2``/``__nv_bfloat162`` pairs for fp16/bf16; scalar atomics otherwise.
+
+The previous value is never returned (TileLang's ``return_prev=True`` is not supported). A replicated source fragment
+contributes each element once (only replica 0 adds). A per-thread ``T.alloc_local`` source is added by every thread
+(each thread's own values), like ``T.copy`` from a local buffer copies in every thread.
+"""
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+
+from tilex._tir import BufferLoadNode, BufferRegionNode, dtype_of, lanes
+from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_local, is_shared
+from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
+                                fragment_vector_width, pick_vector, static_shape, substitute, unflatten)
+from tilex.op.region import READ, READ_WRITE, Region, tile_shape, to_region
+from tilex.op.registry import register_tile_op
+
+ADD, MAX, MIN = 0, 1, 2
+KIND_NAMES = {ADD: "add", MAX: "max", MIN: "min"}
+KINDS = {v: k for k, v in KIND_NAMES.items()}
+
+#: element types ``src/tilex/atomic.h`` handles for every kind (fp16/bf16 max/min through a compare-and-swap loop)
+SUPPORTED_DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "uint32", "int64", "uint64")
+
+_OP_NAME = "tilex.atomic"
+
+
+def _api(kind):
+    return f"T.atomic_{KIND_NAMES[kind]}"
+
+
+def _kind(kind):
+    if isinstance(kind, str):
+        if kind not in KINDS:
+            raise TileOpError(f"unknown atomic operation {kind!r} (expected one of {sorted(KINDS)})")
+        return KINDS[kind]
+    return int(kind)
+
+
+def _check_dtype(kind, buffer, what):
+    dt = str(buffer.dtype)
+    if dt not in SUPPORTED_DTYPES:
+        raise TileOpError(f"{_api(kind)}: {what} '{buffer.name}' has dtype {dt}; atomics support "
+                          f"{', '.join(SUPPORTED_DTYPES)}")
+
+
+def _check_dst_scope(kind, buffer):
+    if not (is_global(buffer) or is_shared(buffer)):
+        raise TileOpError(f"{_api(kind)}: the destination '{buffer.name}' is in '{buffer.scope()}' memory; atomics "
+                          f"need a global or shared buffer (registers are private to a thread: update them directly)")
+
+
+# ---- frontend builders ------------------------------------------------------------------------------------------------
+def atomic_element(kind, dst, value):
+    """``tilex::atomic_<kind>(&dst, value)`` for one element ``dst`` (a BufferLoad of a global/shared buffer)."""
+    kind = _kind(kind)
+    if not isinstance(dst, BufferLoadNode):
+        raise TileOpError(f"{_api(kind)}: with a scalar value the destination must be one element like C[i, j], "
+                          f"got {type(dst).__name__}: {dst}")
+    buf = dst.source
+    _check_dst_scope(kind, buf)
+    _check_dtype(kind, buf, "destination")
+    if lanes(dst) != 1:
+        raise TileOpError(f"{_api(kind)}: the destination {buf.name}{list(dst.indices)} must be a single element")
+    dt = str(buf.dtype)
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, (int, float)):
+        value = tirx.const(value, dt)
+    elif isinstance(value, tvm.ir.Expr) and not _is_tile(value):
+        if lanes(value) != 1:
+            raise TileOpError(f"{_api(kind)}: the value must be a scalar, got {dtype_of(value)}")
+        if dtype_of(value) != dt:
+            value = tirx.Cast(dt, value)
+    else:
+        raise TileOpError(f"{_api(kind)}: expected a scalar value for the element {buf.name}{list(dst.indices)}, "
+                          f"got {type(value).__name__}")
+    return tirx.call_extern("void", f"tilex::atomic_{KIND_NAMES[kind]}", tirx.address_of(dst), value)
+
+
+def _is_tile(obj):
+    return tirx.is_buffer_var(obj) or isinstance(obj, (BufferRegionNode, Region))
+
+
+def atomic_call(kind, dst, value):
+    """The TIR call for a tile atomic ``T.atomic_<kind>(dst, value)`` (start elements take the other tile's shape)."""
+    kind = _kind(kind)
+    src_shape = tile_shape(value)
+    dst_shape = tile_shape(dst)
+    if src_shape is None and dst_shape is None:
+        raise TileOpError(f"{_api(kind)}: at least one side must be a buffer or a region (both are single elements)")
+    try:
+        src_r = to_region(value, dst_shape)
+        dst_r = to_region(dst, src_shape)
+    except ValueError as err:
+        raise TileOpError(f"{_api(kind)}: {err}") from None
+    AtomicOp(src_r, dst_r, kind)  # check now: errors point at the user's line
+    return tirx.call_intrin("handle", _OP_NAME, src_r.to_call(READ), dst_r.to_call(READ_WRITE), kind)
+
+
+def atomic(kind, dst, value, memory_order=None, return_prev=False, use_tma=False):
+    """Front door of ``T.atomic_add/max/min``: element form for a scalar value, tile form for a buffer/region."""
+    kind = _kind(kind)
+    if return_prev:
+        raise TileOpError(f"{_api(kind)}(return_prev=True) is not supported: tilex atomics return nothing")
+    if memory_order not in (None, "relaxed"):
+        raise TileOpError(f"{_api(kind)}(memory_order={memory_order!r}) is not supported (atomics are relaxed; "
+                          f"order them with a fence or barrier)")
+    if use_tma:
+        raise TileOpError(f"{_api(kind)}(use_tma=True) is not supported")
+    if _is_tile(value) or (_is_tile(dst) and isinstance(value, BufferLoadNode)):
+        return atomic_call(kind, dst, value)  # a start element takes the other side's tile shape
+    if _is_tile(dst):
+        raise TileOpError(f"{_api(kind)}: a tile destination needs a tile value (a buffer or region), got "
+                          f"{type(value).__name__}; for a scalar per element use T.Parallel with {_api(kind)}(C[i, j], v)")
+    return atomic_element(kind, dst, value)
+
+
+# ---- the tile operator ------------------------------------------------------------------------------------------------
+@register_tile_op(_OP_NAME)
+class AtomicOp(TileOp):
+    """``dst (op)= src`` element by element, atomically on ``dst`` (global or shared)."""
+
+    def __init__(self, src: Region, dst: Region, kind=ADD):
+        self.src, self.dst, self.kind = src, dst, _kind(kind)
+        if self.kind not in KIND_NAMES:
+            raise TileOpError(f"tilex.atomic: unknown operation code {kind}")
+        api = _api(self.kind)
+        _check_dst_scope(self.kind, dst.buffer)
+        _check_dtype(self.kind, dst.buffer, "destination")
+        _check_dtype(self.kind, src.buffer, "value")
+        s_shape = static_shape(src.shape, f"{api} value")
+        d_shape = static_shape(dst.shape, f"{api} destination")
+        if s_shape != d_shape:
+            raise TileOpError(f"{api}: tile shapes differ: destination {dst} has {d_shape}, value {src} has {s_shape}")
+        self.extents = d_shape or [1]
+        if is_fragment(src.buffer) and src.shape != [int(s) for s in src.buffer.shape if int(s) != 1] \
+                and src.shape != list(src.buffer.shape):
+            raise TileOpError(f"{api}: a fragment value must be used whole, got {src}")
+
+    @classmethod
+    def from_call(cls, call):
+        return cls(Region.from_call(call.args[0]), Region.from_call(call.args[1]),
+                   int(call.args[2].value) if len(call.args) > 2 else ADD)
+
+    def buffers(self):
+        return [self.src.buffer, self.dst.buffer]
+
+    def describe(self):
+        return f"{_api(self.kind)}({self.dst}, {self.src})"
+
+    # ---- layout inference (as T.copy from a fragment) ---------------------------------------------------------------
+    def infer_layout(self, ctx, level):
+        sb = self.src.buffer
+        if level != InferLevel.FREE or not is_fragment(sb) or ctx.layout_map.get(sb) is not None:
+            return {}
+        bits = tvm.DataType(str(self.dst.buffer.dtype)).bits
+        vec = pick_vector(self.extents, ctx.threads, bits, [(self.dst.buffer, self.dst.index)], ctx.analyzer, {})
+        plan = coalesced_plan(self.extents, ctx.threads, vec)
+        while plan is None and vec > 1:
+            vec //= 2
+            plan = coalesced_plan(self.extents, ctx.threads, vec)
+        if plan is None:
+            raise TileOpError(f"{self.describe()}: cannot deal a {self.extents} tile evenly to {ctx.threads} threads")
+        return {sb: plan}
+
+    # ---- lowering -----------------------------------------------------------------------------------------------
+    def _hw_vector(self, ctx):
+        """Widest vector atomic (elements) src/tilex/atomic.h has for this operation, type, space and arch."""
+        if self.kind != ADD:
+            return 1
+        dt, glob = str(self.dst.buffer.dtype), is_global(self.dst.buffer)
+        if dt == "float32":
+            return 4 if glob and ctx.arch >= 90 else 1
+        if dt in ("float16", "bfloat16"):
+            return 8 if glob and ctx.arch >= 90 else 2
+        return 1
+
+    def _dst_phys_fn(self, ctx):
+        def fn(ix):
+            idx = self.dst.index(ix)
+            return ctx.physical_index(self.dst.buffer, idx)[1] if self.dst.buffer in ctx.remap else idx
+        return fn
+
+    def _lanes_ok(self, ctx, v, bind):
+        """A vector of v lanes: dst contiguous and aligned, and never straddling the edge of a ragged global tile
+        (each global side's row length a multiple of v; a global source contiguous too, so it starts aligned)."""
+        if not access_vectorizable(self.dst.buffer, self._dst_phys_fn(ctx), self.extents, v, ctx.analyzer, bind):
+            return False
+        for r in (self.src, self.dst):
+            if not is_global(r.buffer):
+                continue
+            inner = r.buffer.shape[-1]
+            if not (isinstance(inner, tirx.IntImm) and int(inner.value) % v == 0):
+                return False
+        if is_global(self.src.buffer) and not access_vectorizable(self.src.buffer, self.src.index, self.extents, v,
+                                                                  ctx.analyzer, bind):
+            return False
+        return True
+
+    def _guard(self, ctx, gix):
+        conds = []
+        for r in (self.src, self.dst):
+            if not is_global(r.buffer):
+                continue
+            for e, s in zip(r.index(gix), r.buffer.shape):
+                c = e < s
+                if not ctx.analyzer.can_prove(c):
+                    conds.append(c)
+        out = None
+        for c in conds:
+            out = c if out is None else tirx.And(out, c)
+        return out
+
+    def _helper(self, vec):
+        if vec == 1:
+            return f"tilex::atomic_{KIND_NAMES[self.kind]}"
+        return f"tilex::atomic_add_vec<{'true' if is_global(self.dst.buffer) else 'false'}>"
+
+    def _cast(self, value):
+        if dtype_of(value) != str(self.dst.buffer.dtype):
+            value = tirx.Cast(self.dst.buffer.dtype, value)
+        return value
+
+    def _emit(self, ctx, vec, ix, gix, value, extra_cond=None):
+        addr = tirx.address_of(ctx.load(self.dst.buffer, self.dst.index(ix)))
+        stmt = tirx.Evaluate(tirx.call_extern("void", self._helper(vec), addr, self._cast(value)))
+        cond = self._guard(ctx, gix)
+        if extra_cond is not None:
+            cond = extra_cond if cond is None else tirx.And(extra_cond, cond)
+        return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
+
+    def lower(self, ctx):
+        sb = self.src.buffer
+        if is_local(sb):
+            return self._lower_local(ctx)
+        bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
+        hw = self._hw_vector(ctx)
+        if is_fragment(sb):
+            frag = ctx.layout_map.get(sb)
+            if frag is None:
+                raise TileOpError(f"{self.describe()}: fragment '{sb.name}' has no layout")
+            vec = fragment_vector_width(frag, hw, ctx.analyzer) if hw > 1 else 1
+            while vec > 1 and not self._lanes_ok(ctx, vec, bind):
+                vec //= 2
+            nd = len(frag.input_shape)
+            inv = frag.inverse() if frag.replicate > 1 else None
+
+            def make_frag(ix, gix, l_flat):
+                value = tirx.BufferLoad(ctx.remap[sb], [l_flat])
+                first = None
+                if inv is not None:  # a replicated fragment: only replica 0 adds its copy
+                    rep = ctx.analyzer.simplify(
+                        inv.map([ctx.thread_var, *unflatten(l_flat, list(frag.local_shape))])[nd])
+                    if not (isinstance(rep, tirx.IntImm) and rep.value == 0):
+                        first = tirx.EQ(rep, tirx.const(0, dtype_of(rep)))
+                return self._emit(ctx, vec, ix, gix, value, first)
+
+            stmt = emit_by_fragment(ctx, frag, vec, make_frag, name="atom")
+        else:
+            bits = tvm.DataType(str(self.dst.buffer.dtype)).bits
+            vec = 1
+            if hw > 1:
+                vec = pick_vector(self.extents, ctx.threads, bits, [(self.dst.buffer, self._dst_phys_fn(ctx))],
+                                  ctx.analyzer, bind, max_bits=hw * bits)
+                while vec > 1 and not self._lanes_ok(ctx, vec, bind):
+                    vec //= 2
+
+            def make(ix, gix):
+                return self._emit(ctx, vec, ix, gix, ctx.load(sb, self.src.index(ix)))
+
+            stmt = emit_by_plan(ctx, self.extents, vec, make, name="atom")
+        if vec > 1:
+            stmt = _pack_lanes(stmt, self._helper(vec), vec)
+        return stmt
+
+    def _lower_local(self, ctx):
+        """A per-thread `local` source: every thread adds its whole tile (serial loop, scalar atomics)."""
+        ivars = [tirx.Var(f"al{d}", "int32") for d in range(len(self.extents))]
+        body = self._emit(ctx, 1, ivars, ivars, ctx.load(self.src.buffer, self.src.index(ivars)))
+        for v, e in reversed(list(zip(ivars, self.extents))):
+            body = tirx.For(v, 0, e, tirx.ForKind.SERIAL, body)
+        return body
+
+
+def _pack_lanes(stmt, helper, vec):
+    """Turn each vectorized lane loop around a vector-atomic call into one call taking all lanes' values.
+
+    TVM's vectorizer cannot vectorize an extern call (it would scalarize it), so the lane loop is removed here:
+    ``for lv in vectorized(v): helper(&dst[.. lv ..], value(lv))`` -> ``helper(&dst[.. 0 ..], value(0), ...,
+    value(v-1))``; everything else in the loop body (the bounds guard, built from the vector's first element) takes
+    lane 0.
+    """
+
+    def on_for(loop):
+        if loop.kind != tirx.ForKind.VECTORIZED:
+            return loop
+        lv = loop.loop_var
+        zero = tirx.const(0, dtype_of(lv))
+
+        def on_eval(ev):
+            call = ev.value
+            if (isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op)
+                    and call.op.name == "tirx.call_extern" and str(call.args[0].value) == helper):
+                addr = substitute(call.args[1], {lv: zero})
+                vals = [substitute(call.args[2], {lv: tirx.const(k, dtype_of(lv))}) for k in range(vec)]
+                return tirx.Evaluate(tirx.call_extern("void", helper, addr, *vals))
+            return ev
+
+        body = tvm_ffi.structural_map(loop.body, (tirx.Evaluate, on_eval))
+        return substitute(body, {lv: zero})
+
+    return tvm_ffi.structural_map(stmt, (tirx.For, on_for), order="post")

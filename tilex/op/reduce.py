@@ -1,0 +1,273 @@
+"""`T.reduce_*`: reduce a tile along one dimension (sum, max, min, abssum, absmax) into a smaller tile.
+
+Layout: the destination of a fragment reduction is the source Fragment *projected* onto the kept dimensions
+(`tilex.layout.project`): replicated over exactly the threads that held the reduced dimension, so every such
+thread ends with the full result. Lowering: each thread folds the elements it holds into per-row partials
+(registers), then partials are combined across threads - xor shuffles for replication terms inside a warp, a
+shared-memory workspace for terms across warps. A shared-memory source is reduced by a coalesced set of threads,
+each owning whole output elements.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import tirx
+
+from tilex.op.base import InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_shared
+from tilex.op.partition import coalesced_plan, emit_by_fragment, static_shape, unflatten
+from tilex.op.region import READ, READ_WRITE, Region, to_region
+from tilex.op.registry import register_tile_op
+
+KINDS = ("sum", "max", "min", "abssum", "absmax")
+
+
+def reduce_call(src, dst, reduce_type, dim=-1, clear=True):
+    if reduce_type not in KINDS:
+        raise TileOpError(f"T.reduce: unknown reduce_type '{reduce_type}', expected one of {KINDS}")
+    s, d = to_region(src), to_region(dst)
+    return tirx.call_intrin("handle", "tilex.reduce", s.to_call(READ), d.to_call(READ_WRITE),
+                            KINDS.index(reduce_type), int(dim), int(bool(clear)))
+
+
+def _combine(kind, a, b):
+    if kind in ("sum", "abssum"):
+        return a + b
+    if kind in ("max", "absmax"):
+        return tirx.max(a, b)
+    return tirx.min(a, b)
+
+
+def _init(kind, dtype):
+    if kind in ("sum", "abssum"):
+        return tirx.const(0, dtype)
+    if kind == "max":
+        return tirx.min_value(dtype)
+    if kind == "absmax":
+        return tirx.const(0, dtype)
+    return tirx.max_value(dtype)
+
+
+@register_tile_op("tilex.reduce")
+class ReduceOp(TileOp):
+    def __init__(self, src: Region, dst: Region, kind: str, dim: int, clear: bool):
+        self.src, self.dst, self.kind, self.clear = src, dst, kind, bool(clear)
+        s_shape = static_shape(src.buffer.shape, "T.reduce source")
+        d_shape = static_shape(dst.buffer.shape, "T.reduce destination")
+        if dim < -len(s_shape) or dim >= len(s_shape):
+            raise TileOpError(f"T.reduce_{kind}: dim={dim} is out of range for a {len(s_shape)}-d source")
+        self.dim = dim % len(s_shape)
+        want = [e for d, e in enumerate(s_shape) if d != self.dim] or [1]
+        if [e for e in d_shape if True] != want and [e for e in d_shape if e != 1] != [e for e in want if e != 1]:
+            raise TileOpError(f"T.reduce_{kind}: reducing {src.buffer.name}{s_shape} over dim {self.dim} gives "
+                              f"{want}, but the destination {dst.buffer.name} is {d_shape}")
+        self.s_shape, self.d_shape = s_shape, d_shape
+        if not is_fragment(dst.buffer):
+            raise TileOpError(f"T.reduce_{kind}: the destination must be a fragment (T.alloc_fragment), "
+                              f"got '{dst.buffer.name}' in {dst.buffer.scope()}")
+        if not (is_fragment(src.buffer) or is_shared(src.buffer)):
+            raise TileOpError(f"T.reduce_{kind}: the source must be a fragment or shared memory, "
+                              f"got '{src.buffer.name}' in {src.buffer.scope()}")
+
+    @classmethod
+    def from_call(cls, call):
+        return cls(Region.from_call(call.args[0]), Region.from_call(call.args[1]), KINDS[int(call.args[2].value)],
+                   int(call.args[3].value), int(call.args[4].value))
+
+    def buffers(self):
+        return [self.src.buffer, self.dst.buffer]
+
+    def describe(self):
+        return f"T.reduce_{self.kind}({self.src.buffer.name} -> {self.dst.buffer.name}, dim={self.dim})"
+
+    # ---- layout inference -------------------------------------------------------------------------------------
+    def _projected(self, src_layout):
+        from tilex.layout.project import project
+
+        lay, _ = project(src_layout, [self.dim])
+        if list(lay.input_shape) != list(self.d_shape):
+            lay = _reshape_1(lay, self.d_shape)
+        return lay
+
+    def infer_layout(self, ctx, level):
+        sb, db = self.src.buffer, self.dst.buffer
+        if level == InferLevel.STRICT:
+            return {}
+        if is_fragment(sb):
+            s_lay = ctx.layout_map.get(sb)
+            if s_lay is None:
+                if level == InferLevel.FREE:
+                    plan = coalesced_plan(self.s_shape, ctx.threads, 1)
+                    if plan is None:
+                        raise TileOpError(f"{self.describe()}: cannot lay out {self.s_shape} over {ctx.threads} threads")
+                    return {sb: plan}
+                return {}
+            want = self._projected(s_lay)
+            have = ctx.layout_map.get(db)
+            if have is None:
+                return {db: want}
+            if not have.is_equal(want):
+                raise LayoutConflictError(
+                    f"{self.describe()}: the result '{db.name}' must be laid out as {want} (the source layout "
+                    f"projected), but it already has {have}")
+            return {}
+        if ctx.layout_map.get(db) is None and level == InferLevel.FREE:
+            plan = coalesced_plan(self.d_shape, ctx.threads, 1)
+            if plan is None:
+                raise TileOpError(f"{self.describe()}: cannot lay out {self.d_shape} over {ctx.threads} threads")
+            return {db: plan}
+        return {}
+
+    # ---- lowering ---------------------------------------------------------------------------------------------
+    def lower(self, ctx):
+        if is_shared(self.src.buffer):
+            return self._lower_from_shared(ctx)
+        return self._lower_fragment(ctx)
+
+    def _value(self, v):
+        return tirx.abs(v) if self.kind in ("abssum", "absmax") else v
+
+    def _lower_fragment(self, ctx):
+        from tilex.layout.project import project
+
+        sb, db = self.src.buffer, self.dst.buffer
+        F = ctx.layout_map[sb]
+        D = ctx.layout_map[db]
+        P, rep_terms = project(F, [self.dim])
+        if not D.is_equal(_reshape_1(P, self.d_shape) if list(P.input_shape) != list(self.d_shape) else P):
+            raise TileOpError(f"{self.describe()}: destination layout {D} is not the projection {P} of {F}")
+        _check_digits(P, rep_terms, self.describe())
+        dtype = str(db.dtype)
+        src_loc, dst_loc = ctx.remap[sb], ctx.remap[db]
+        n = D.local_size
+        acc = dst_loc if self.clear else tirx.decl_buffer((n,), dtype, "red_acc", scope="local")
+        stmts = [] if self.clear else [tirx.AllocBuffer(acc)]
+        s = tirx.Var("rs", "int32")
+        stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(acc, _init(self.kind, dtype), [s])))
+        keep = [d for d in range(len(self.s_shape)) if d != self.dim]
+
+        def make(ix, _g, l_flat):
+            kept = [ix[d] for d in keep] or [tirx.const(0, "int32")]
+            slot = D.local_offset(kept if len(kept) == len(D.input_shape) else _pad(kept, D), ctx.analyzer)
+            v = tirx.BufferLoad(src_loc, [l_flat])
+            if str(sb.dtype) != dtype:
+                v = tirx.Cast(dtype, v)
+            return tirx.BufferStore(acc, _combine(self.kind, tirx.BufferLoad(acc, [slot]), self._value(v)), [slot])
+
+        stmts.append(emit_by_fragment(ctx, F, 1, make, name="red"))
+        t = ctx.thread_var
+        # power-of-two fields inside a warp combine by xor shuffles; anything else goes through shared memory
+        warp_terms = [(sc, e) for sc, e in rep_terms if sc * e <= 32 and _pow2(sc) and _pow2(e)]
+        block_terms = [(sc, e) for sc, e in rep_terms if (sc, e) not in warp_terms]
+        for sc, e in warp_terms:
+            off = sc
+            while off < sc * e:
+                sh = tirx.call_extern(dtype, "tilex::shfl_xor", tirx.BufferLoad(acc, [s]), off)
+                stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED,
+                                      tirx.BufferStore(acc, _combine(self.kind, tirx.BufferLoad(acc, [s]), sh), [s])))
+                off *= 2
+        if block_terms:
+            stmts.extend(self._cross_warp(ctx, acc, n, dtype, block_terms, P.thread_extent))
+        if not self.clear:
+            stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(
+                dst_loc, _combine(self.kind, tirx.BufferLoad(dst_loc, [s]), tirx.BufferLoad(acc, [s])), [s])))
+        return tirx.SeqStmt(stmts)
+
+    def _cross_warp(self, ctx, acc, n, dtype, terms, holders):
+        threads = ctx.threads
+        if n * threads * tvm.DataType(dtype).bits // 8 > 48 * 1024:
+            raise TileOpError(f"{self.describe()}: a cross-warp reduction of {n} values per thread needs more than "
+                              f"48 KB of shared workspace; use fewer rows per block")
+        t = ctx.thread_var
+        ws = tirx.decl_buffer((n * threads,), dtype, "red_ws", scope="shared.dyn")
+        s = tirx.Var("ws_s", "int32")
+        write = tirx.For(s, 0, n, tirx.ForKind.UNROLLED,
+                         tirx.BufferStore(ws, tirx.BufferLoad(acc, [s]), [s * threads + t]))
+        base = t
+        for sc, e in terms:
+            # clear this digit field of the thread id (written without `t - t % x`, which trips TVM's simplifier
+            # under `t < x` constraints)
+            base = tirx.floordiv(base, sc * e) * (sc * e) + tirx.floormod(base, sc)
+        total = int(np.prod([e for _, e in terms]))
+        r = tirx.Var("ws_r", "int32")
+        partner = base
+        radix = 1
+        for sc, e in terms:
+            partner = partner + tirx.floormod(tirx.floordiv(r, radix), e) * sc
+            radix *= e
+        tmp = tirx.decl_buffer((n,), dtype, "red_tmp", scope="local")
+        read = [
+            tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(tmp, _init(self.kind, dtype), [s])),
+            tirx.For(r, 0, total, tirx.ForKind.UNROLLED, tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(
+                tmp, _combine(self.kind, tirx.BufferLoad(tmp, [s]), tirx.BufferLoad(ws, [s * threads + partner])),
+                [s]))),
+            tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(acc, tirx.BufferLoad(tmp, [s]), [s])),
+        ]
+        if holders < threads:
+            # threads that hold no element have no group; keep their partner reads inside the workspace
+            read = [tirx.IfThenElse(t < holders, tirx.SeqStmt(read), None)]
+        sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared"))
+        # barriers: before writing (earlier readers of a reused workspace), between write and read, after reading
+        return [tirx.AllocBuffer(ws), tirx.AllocBuffer(tmp), sync, write, sync] + read + [sync]
+
+    def _lower_from_shared(self, ctx):
+        sb, db = self.src.buffer, self.dst.buffer
+        D = ctx.layout_map[db]
+        dtype = str(db.dtype)
+        dst_loc = ctx.remap[db]
+        keep = [d for d in range(len(self.s_shape)) if d != self.dim]
+        j = tirx.Var("rj", "int32")
+
+        def make(ix, _g, l_flat):
+            acc = _init(self.kind, dtype) if self.clear else tirx.BufferLoad(dst_loc, [l_flat])
+            full = list(ix[: len(keep)])
+            full.insert(self.dim, j)
+            v = ctx.load(sb, self.src.index(full))
+            if str(sb.dtype) != dtype:
+                v = tirx.Cast(dtype, v)
+            upd = tirx.BufferStore(dst_loc, _combine(self.kind, tirx.BufferLoad(dst_loc, [l_flat]), self._value(v)),
+                                   [l_flat])
+            return tirx.SeqStmt([tirx.BufferStore(dst_loc, acc, [l_flat]),
+                                 tirx.For(j, 0, self.s_shape[self.dim], tirx.ForKind.SERIAL, upd)])
+
+        return emit_by_fragment(ctx, D, 1, make, name="red")
+
+
+def _pad(kept, D):
+    return list(kept) + [tirx.const(0, "int32")] * (len(D.input_shape) - len(kept))
+
+
+def _reshape_1(lay, shape):
+    """Same fragment over `shape` when it differs from lay.input_shape only by unit dimensions."""
+    from tilex.layout import Fragment
+
+    if [e for e in shape if e != 1] != [e for e in lay.input_shape if e != 1]:
+        raise TileOpError(f"cannot view {lay} as shape {shape}")
+    pos = [d for d, e in enumerate(shape) if e != 1]
+
+    def pick(vs):
+        return [vs[d] for d in pos] or [tirx.const(0, "int32")]
+
+    rep = int(lay.replicate)
+    if rep > 1:
+        return Fragment(shape, lambda *a: lay.map_thread(pick(a[:-1]), a[-1]), lambda *a: lay.map_index(pick(a)),
+                        replicate=rep)
+    return Fragment(shape, lambda *a: lay.map_thread(pick(a)), lambda *a: lay.map_index(pick(a)))
+
+
+def _pow2(x):
+    return x > 0 and x & (x - 1) == 0
+
+
+def _check_digits(P, rep_terms, what):
+    """Replica r of element y must sit at thread ``base(y) + sum(digit_k(r) * scale_k)`` with
+    ``digit_k(r) == (thread // scale_k) % extent_k``, so that combining partners can be found from a thread id
+    alone (xor shuffles, shared-memory partners). Checked by enumeration."""
+    grids = np.meshgrid(*[np.arange(s) for s in P.input_shape], indexing="ij")
+    radix = 1
+    for sc, e in rep_terms:
+        for r in range(int(P.replicate)):
+            t, _ = P.map_numpy(*grids, rep=r)
+            if not np.all((np.asarray(t) // sc) % e == (r // radix) % e):
+                raise TileOpError(f"{what}: the threads sharing a reduced row are not a mixed-radix group of "
+                                  f"thread ids; this source layout is not supported by reduce yet")
+        radix *= e
