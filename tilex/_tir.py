@@ -24,3 +24,81 @@ def lanes(expr) -> int:
 
 def bits(dtype) -> int:
     return tvm.DataType(str(dtype)).bits
+
+
+class _Captured:
+    def __init__(self):
+        self.error = None
+
+    def wrap(self, fn):
+        # tvm_ffi looks at a callback's arity to decide what to pass: keep the wrapped function's
+        import inspect
+
+        nargs = len(inspect.signature(fn).parameters)
+
+        def call(args):
+            if self.error is not None:
+                return args[0]
+            try:
+                return fn(*args)
+            except Exception as e:  # noqa: BLE001 - re-raised with its own type after the traversal
+                self.error = e
+                return args[0]
+
+        if nargs == 1:
+            return lambda a: call((a,))
+        if nargs == 2:
+            return lambda a, b: call((a, b))
+        return lambda a, b, c: call((a, b, c))
+
+    def reraise(self):
+        if self.error is not None:
+            raise self.error
+
+
+def _entries(entries, cap):
+    if isinstance(entries, tuple):
+        entries = [entries]
+    return [(t, cap.wrap(f)) for t, f in entries]
+
+
+def walk(root, entries, **kw):
+    """tvm_ffi.structural_walk that lets Python exceptions from callbacks through with their own type."""
+    import tvm_ffi
+
+    cap = _Captured()
+
+    def wrap_walk(fn):
+        def inner(node):
+            if cap.error is not None:
+                return None
+            try:
+                return fn(node)
+            except Exception as e:  # noqa: BLE001
+                cap.error = e
+                return None
+        return inner
+
+    ents = [entries] if isinstance(entries, tuple) else entries
+    tvm_ffi.structural_walk(root, [(t, wrap_walk(f)) for t, f in ents], **kw)
+    cap.reraise()
+
+
+def map_nodes(root, entries, **kw):
+    """tvm_ffi.structural_map, re-raising callback exceptions with their own type."""
+    import tvm_ffi
+
+    cap = _Captured()
+    out = tvm_ffi.structural_map(root, _entries(entries, cap), **kw)
+    cap.reraise()
+    return out
+
+
+def mutate(root, entries, **kw):
+    """tvm_ffi.structural_mutate, re-raising callback exceptions with their own type."""
+    import tvm_ffi
+
+    cap = _Captured()
+    out = tvm_ffi.structural_mutate(root, _entries(entries, cap), **kw)
+    cap.reraise()
+    return out

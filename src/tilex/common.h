@@ -9,3 +9,4 @@
 #include "tilex/wgmma_sm90.h"
 #include "tilex/reduce.h"
 #include "tilex/atomic.h"
+#include "tilex/debug.h"

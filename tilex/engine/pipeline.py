@@ -20,6 +20,7 @@ from tilex.transform.frontend_canonicalize import canonicalize
 from tilex.transform.inject_pipeline import inject_pipeline
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
+from tilex.transform.thread_block_swizzle import thread_block_swizzle
 
 PIPELINE_NAME = "tilex"
 
@@ -30,7 +31,7 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     func = canonicalize(func)
     func = inject_pipeline(func)
     func = layout_inference(func, target)
-    return lower_tile_ops(func, target)
+    return thread_block_swizzle(lower_tile_ops(func, target))  # after lowering: bounds proofs see grid ranges
 
 
 def tvm_passes(config):

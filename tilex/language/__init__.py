@@ -4,7 +4,9 @@ from tvm.script.tirx import *  # the TVMScript surface: dtypes, math, T.serial, 
 from tvm.script.tirx import Buffer
 
 from tilex.language.atomic import atomic_add, atomic_max, atomic_min
+from tilex.language.annotate import Fragment, Layout, make_swizzled_layout, use_swizzle
 from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, alloc_var
+from tilex.language.debug import print  # noqa: A004 - T.print, as in TileLang
 from tilex.language.kernel import Kernel
 from tilex.language.loop import Parallel, Pipelined
 from tilex.language.parser import prim_func

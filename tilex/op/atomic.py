@@ -23,7 +23,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, BufferRegionNode, dtype_of, lanes
+from tilex._tir import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_local, is_shared
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
                                 fragment_vector_width, pick_vector, static_shape, substitute, unflatten)
@@ -237,8 +237,16 @@ class AtomicOp(TileOp):
             value = tirx.Cast(self.dst.buffer.dtype, value)
         return value
 
+    def _address(self, ctx, ix, vec):
+        """Address of dst element `ix`. In shared memory a ``tvm_access_ptr`` (read+write, `vec` elements), so that
+        ThreadSync sees the atomic as a write and puts barriers around it; ``&C[...]`` in global memory."""
+        phys, idx = ctx.physical_index(self.dst.buffer, self.dst.index(ix))
+        if is_shared(self.dst.buffer) and len(idx) == 1 and phys is not self.dst.buffer:
+            return phys.access_ptr("rw", offset=idx[0], extent=vec)
+        return tirx.address_of(tirx.BufferLoad(phys, idx))
+
     def _emit(self, ctx, vec, ix, gix, value, extra_cond=None):
-        addr = tirx.address_of(ctx.load(self.dst.buffer, self.dst.index(ix)))
+        addr = self._address(ctx, ix, vec)
         stmt = tirx.Evaluate(tirx.call_extern("void", self._helper(vec), addr, self._cast(value)))
         cond = self._guard(ctx, gix)
         if extra_cond is not None:
@@ -286,7 +294,7 @@ class AtomicOp(TileOp):
 
             stmt = emit_by_plan(ctx, self.extents, vec, make, name="atom")
         if vec > 1:
-            stmt = _pack_lanes(stmt, self._helper(vec), vec)
+            stmt = _pack_lanes(stmt, self._helper(vec), vec, ctx.analyzer)
         return stmt
 
     def _lower_local(self, ctx):
@@ -298,7 +306,23 @@ class AtomicOp(TileOp):
         return body
 
 
-def _pack_lanes(stmt, helper, vec):
+def _simplify(analyzer, expr):
+    """Simplify the index arithmetic of an address or a value (calls such as tvm_access_ptr: their arguments)."""
+    if isinstance(expr, tvm.ir.Call):
+        if isinstance(expr.op, tvm.ir.Op) and expr.op.name in ("tirx.address_of", "tirx.tvm_access_ptr"):
+            return tirx.call_intrin("handle", expr.op.name, *[_simplify(analyzer, a) for a in expr.args])
+        return expr
+    if isinstance(expr, BufferLoadNode):
+        return tirx.BufferLoad(expr.source, [analyzer.simplify(i) for i in expr.indices])
+    if isinstance(expr, tvm.ir.Expr) and not isinstance(expr, tvm.ir.Call):
+        try:
+            return analyzer.simplify(expr)
+        except Exception:  # noqa: BLE001 - leave it to TVM's simplifier
+            return expr
+    return expr
+
+
+def _pack_lanes(stmt, helper, vec, analyzer):
     """Turn each vectorized lane loop around a vector-atomic call into one call taking all lanes' values.
 
     TVM's vectorizer cannot vectorize an extern call (it would scalarize it), so the lane loop is removed here:
@@ -317,12 +341,43 @@ def _pack_lanes(stmt, helper, vec):
             call = ev.value
             if (isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op)
                     and call.op.name == "tirx.call_extern" and str(call.args[0].value) == helper):
-                addr = substitute(call.args[1], {lv: zero})
-                vals = [substitute(call.args[2], {lv: tirx.const(k, dtype_of(lv))}) for k in range(vec)]
+                addr = _simplify(analyzer, substitute(call.args[1], {lv: zero}))
+                vals = [_simplify(analyzer, substitute(call.args[2], {lv: tirx.const(k, dtype_of(lv))}))
+                        for k in range(vec)]
                 return tirx.Evaluate(tirx.call_extern("void", helper, addr, *vals))
             return ev
 
-        body = tvm_ffi.structural_map(loop.body, (tirx.Evaluate, on_eval))
+        body = map_nodes(loop.body, (tirx.Evaluate, on_eval))
         return substitute(body, {lv: zero})
 
-    return tvm_ffi.structural_map(stmt, (tirx.For, on_for), order="post")
+    return map_nodes(stmt, (tirx.For, on_for), order="post")
+
+
+def _is_atomic_helper(call):
+    return (isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern"
+            and str(call.args[0].value).startswith("tilex::atomic_"))
+
+
+def expose_shared_atomics(stmt):
+    """Make element atomics on shared memory visible to TVM's ThreadSync.
+
+    ``T.atomic_add(S[i], v)`` is built at parse time as ``tilex::atomic_add(&S[i], v)``; ThreadSync does not count
+    ``address_of`` as an access, so it would not put barriers between such atomics and other accesses of ``S``.
+    Run on per-thread TIR (after shared buffers have their physical 1-d form, i.e. at the end of LowerTileOps), this
+    rewrites ``&S[k]`` inside ``tilex::atomic_*`` calls on a shared buffer to ``tvm_access_ptr(S, k, 1, rw)``.
+    """
+
+    def on_eval(ev):
+        call = ev.value
+        if not _is_atomic_helper(call) or len(call.args) < 2:
+            return ev
+        addr = call.args[1]
+        if not (isinstance(addr, tvm.ir.Call) and isinstance(addr.op, tvm.ir.Op) and addr.op.name == "tirx.address_of"):
+            return ev
+        load = addr.args[0]
+        if not (isinstance(load, BufferLoadNode) and is_shared(load.source) and len(load.indices) == 1):
+            return ev
+        ptr = load.source.access_ptr("rw", offset=load.indices[0], extent=1)
+        return tirx.Evaluate(tirx.call_extern(dtype_of(call), str(call.args[0].value), ptr, *call.args[2:]))
+
+    return map_nodes(stmt, (tirx.Evaluate, on_eval))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, dtype_of, lanes
+from tilex._tir import BufferLoadNode, dtype_of, lanes, map_nodes
 
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
@@ -164,7 +164,7 @@ class CopyOp(TileOp):
                     store = ctx.store(db, value, self.dst.index(ix))
                 return self._guarded(ctx, gix, store, ix)
 
-            return emit_by_fragment(ctx, frag, vec, make_frag, name="cp")
+            return emit_by_fragment(ctx, frag, vec, make_frag, name="cp", bounds=fshape)
         bits = max(tvm.DataType(str(sb.dtype)).bits, tvm.DataType(str(db.dtype)).bits)
         accesses = [(r.buffer, self._phys_index_fn(ctx, r)) for r in (self.src, self.dst)]
         vec = pick_vector(self.extents, ctx.threads, bits, accesses, ctx.analyzer, bind)
@@ -227,4 +227,4 @@ def _strip_vector_loops(stmt):
             return substitute(loop.body, {loop.loop_var: tirx.const(0, "int32")})
         return loop
 
-    return tvm_ffi.structural_map(stmt, (tirx.For, on_for), order="post")
+    return map_nodes(stmt, (tirx.For, on_for), order="post")

@@ -68,7 +68,7 @@ class FillOp(TileOp):
             def make_frag(ix, _g, l_flat):
                 return tirx.BufferStore(ctx.remap[buf], self.value, [l_flat])
 
-            return emit_by_fragment(ctx, frag, 1, make_frag, name="fill")
+            return emit_by_fragment(ctx, frag, 1, make_frag, name="fill", bounds=[int(x) for x in buf.shape])
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
 
         def phys(ix):

@@ -5,7 +5,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, dtype_of, lanes
+from tilex._tir import BufferLoadNode, dtype_of, lanes, map_nodes, walk
 
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
@@ -36,7 +36,7 @@ def buffer_accesses(stmt):
     def on_store(n):
         out.append((n.buffer, list(n.indices), True))
 
-    tvm_ffi.structural_walk(stmt, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)])
+    walk(stmt, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)])
     return out
 
 
@@ -72,7 +72,7 @@ class ParallelOp(TileOp):
         if self.loop_layout is None:
             for buf, idx in frags:
                 lay = ctx.layout_map.get(buf)
-                if lay is not None and _same_vars(idx, self.vars) and list(lay.input_shape) == self.extents:
+                if lay is not None and _same_vars(idx, self.vars) and _covers(lay.input_shape, self.extents):
                     self.loop_layout = lay
                     break
         if self.loop_layout is None and level == InferLevel.FREE:
@@ -130,7 +130,7 @@ class ParallelOp(TileOp):
             body = substitute(self.body, dict(zip(self.vars, ix)))
             return _direct_fragment_access(body, frag, ix, l_flat, ctx)
 
-        return emit_by_fragment(ctx, frag, vec, make_frag, name="par")
+        return emit_by_fragment(ctx, frag, vec, make_frag, name="par", bounds=self.extents)
 
     def _plan_vector_lower(self, ctx, elem_bits):
         accesses = []
@@ -168,6 +168,10 @@ class ParallelOp(TileOp):
 
     def describe(self):
         return f"T.Parallel{tuple(self.extents)}"
+
+
+def _covers(shape, extents):
+    return len(shape) == len(extents) and all(s >= e for s, e in zip(shape, extents))
 
 
 def _subset_of_vars(indices, vars_):
@@ -238,4 +242,4 @@ def _direct_fragment_access(body, frag, ix, l_flat, ctx):
             return tirx.BufferStore(ctx.remap[n.buffer], n.value, [local(n.buffer, list(n.indices))])
         return n
 
-    return tvm_ffi.structural_map(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
+    return map_nodes(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")

@@ -15,6 +15,8 @@ import math
 import tvm
 from tvm import tirx
 
+from tilex._tir import map_nodes
+
 from tilex.op.base import TileOpError, row_major_offset
 
 
@@ -27,7 +29,7 @@ def substitute(node, mapping):
     def f(v):
         return mapping.get(v, v)
 
-    return tvm_ffi.structural_map(node, (tvm.ir.Var, f))
+    return map_nodes(node, (tvm.ir.Var, f))
 
 
 def unflatten(flat, shape):
@@ -63,7 +65,14 @@ def coalesced_plan(extents, threads, vector):
     total = math.prod(extents)
     per_round = threads * vector
     if total % per_round != 0 and total > per_round:
-        return None
+        # pad the innermost dimension to whole rounds: the Fragment then covers a slightly larger tile and the
+        # loops that run over it guard the padding (see emit_by_fragment's `bounds`)
+        if extents[-1] % vector:
+            return None
+        rest = math.prod(extents[:-1])
+        step = per_round // math.gcd(per_round, rest)
+        padded = list(extents[:-1]) + [-(-extents[-1] // step) * step]
+        return coalesced_plan(padded, threads, vector)
     if total < per_round:
         # fewer elements than one round: threads beyond total//vector stay idle
         def thread_fn(*ix):
@@ -156,8 +165,11 @@ def emit_by_plan(ctx, extents, vector, make_body, name="i"):
     return _loop(it, rounds, body, unroll=rounds <= 16)
 
 
-def emit_by_fragment(ctx, frag, vector, make_body, name="i"):
-    """Per-thread loop over the elements this thread owns under Fragment `frag` (see emit_by_plan)."""
+def emit_by_fragment(ctx, frag, vector, make_body, name="i", bounds=None):
+    """Per-thread loop over the elements this thread owns under Fragment `frag` (see emit_by_plan).
+
+    `bounds` are the real extents of the tile when the fragment covers a padded one: padding is skipped.
+    """
     t = ctx.thread_var
     if frag.thread_extent > ctx.threads:
         raise TileOpError(
@@ -176,6 +188,10 @@ def emit_by_fragment(ctx, frag, vector, make_body, name="i"):
         logical = [ctx.analyzer.simplify(e) for e in logical]
         guard_logical = [ctx.analyzer.simplify(e) for e in guard_logical]
     body = make_body(logical, guard_logical, l_flat)
+    if bounds is not None:
+        conds = [g < b for g, b, e in zip(guard_logical, bounds, frag.input_shape) if e > b]
+        for c in conds:
+            body = tirx.IfThenElse(c, body, None)
     body = _vector_loop(lv, vector, body)
     body = _loop(lo, nlocal // vector, body, unroll=True)
     if frag.thread_extent < ctx.threads:

@@ -84,7 +84,7 @@ class ReduceOp(TileOp):
         from tilex.layout.project import project
 
         lay, _ = project(src_layout, [self.dim])
-        if list(lay.input_shape) != list(self.d_shape):
+        if len(lay.input_shape) != len(self.d_shape):
             lay = _reshape_1(lay, self.d_shape)
         return lay
 
@@ -133,7 +133,7 @@ class ReduceOp(TileOp):
         F = ctx.layout_map[sb]
         D = ctx.layout_map[db]
         P, rep_terms = project(F, [self.dim])
-        if not D.is_equal(_reshape_1(P, self.d_shape) if list(P.input_shape) != list(self.d_shape) else P):
+        if not D.is_equal(_reshape_1(P, self.d_shape) if len(P.input_shape) != len(self.d_shape) else P):
             raise TileOpError(f"{self.describe()}: destination layout {D} is not the projection {P} of {F}")
         _check_digits(P, rep_terms, self.describe())
         dtype = str(db.dtype)
@@ -153,7 +153,7 @@ class ReduceOp(TileOp):
                 v = tirx.Cast(dtype, v)
             return tirx.BufferStore(acc, _combine(self.kind, tirx.BufferLoad(acc, [slot]), self._value(v)), [slot])
 
-        stmts.append(emit_by_fragment(ctx, F, 1, make, name="red"))
+        stmts.append(emit_by_fragment(ctx, F, 1, make, name="red", bounds=self.s_shape))
         t = ctx.thread_var
         # power-of-two fields inside a warp combine by xor shuffles; anything else goes through shared memory
         warp_terms = [(sc, e) for sc, e in rep_terms if sc * e <= 32 and _pow2(sc) and _pow2(e)]
@@ -229,7 +229,7 @@ class ReduceOp(TileOp):
             return tirx.SeqStmt([tirx.BufferStore(dst_loc, acc, [l_flat]),
                                  tirx.For(j, 0, self.s_shape[self.dim], tirx.ForKind.SERIAL, upd)])
 
-        return emit_by_fragment(ctx, D, 1, make, name="red")
+        return emit_by_fragment(ctx, D, 1, make, name="red", bounds=self.d_shape)
 
 
 def _pad(kept, D):
@@ -240,9 +240,13 @@ def _reshape_1(lay, shape):
     """Same fragment over `shape` when it differs from lay.input_shape only by unit dimensions."""
     from tilex.layout import Fragment
 
-    if [e for e in shape if e != 1] != [e for e in lay.input_shape if e != 1]:
+    if len([e for e in shape if e != 1]) != len([e for e in lay.input_shape if e != 1]):
         raise TileOpError(f"cannot view {lay} as shape {shape}")
     pos = [d for d, e in enumerate(shape) if e != 1]
+    # keep the fragment's (possibly padded) extents on the non-unit dimensions
+    shape = list(shape)
+    for d, e in zip(pos, [e for e in lay.input_shape if e != 1]):
+        shape[d] = e
 
     def pick(vs):
         return [vs[d] for d in pos] or [tirx.const(0, "int32")]

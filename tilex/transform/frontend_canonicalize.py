@@ -9,6 +9,8 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tvm import tirx
+
+from tilex._tir import mutate
 from tvm.ir import Op
 
 from tilex.language.loop import PARALLEL_MARKER
@@ -49,7 +51,7 @@ def _on_seq(seq, mutator):
 
 
 def canonicalize(func: tirx.PrimFunc) -> tirx.PrimFunc:
-    body = tvm_ffi.structural_mutate(func.body, (tirx.SeqStmt, _on_seq))
+    body = mutate(func.body, (tirx.SeqStmt, _on_seq))
     if body.same_as(func.body):
         return func
     return func.with_body(body)

@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode
+from tilex._tir import BufferLoadNode, map_nodes, mutate, walk
 from tilex.language.loop import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
 from tilex.op.base import is_global, is_shared
 from tilex.op.copy import CopyOp
@@ -40,7 +40,7 @@ def _seq(stmts):
 
 def _buffers_used(stmt):
     used = set()
-    tvm_ffi.structural_walk(stmt, [(BufferLoadNode, lambda n: used.add(n.source)),
+    walk(stmt, [(BufferLoadNode, lambda n: used.add(n.source)),
                                    (tirx.BufferStore, lambda n: used.add(n.buffer))])
     return used
 
@@ -58,7 +58,7 @@ def _written_shared(stmt):
         else:
             out.update(b for b in op.buffers()[-1:])  # gemm/fill/... write their last operand
 
-    tvm_ffi.structural_walk(stmt, [(tirx.Evaluate, on_eval), (tirx.BufferStore, lambda n: out.add(n.buffer))])
+    walk(stmt, [(tirx.Evaluate, on_eval), (tirx.BufferStore, lambda n: out.add(n.buffer))])
     return {b for b in out if is_shared(b)}
 
 
@@ -87,8 +87,8 @@ def _retarget(stmt, bufmap, stage):
         return n
 
     # regions first (they contain loads of the old buffer that must not be rewritten on their own)
-    stmt = tvm_ffi.structural_map(stmt, (tvm.ir.Call, on_call), order="pre")
-    return tvm_ffi.structural_map(stmt, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
+    stmt = map_nodes(stmt, (tvm.ir.Call, on_call), order="pre")
+    return map_nodes(stmt, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
 
 
 def _make_async(stmt):
@@ -167,7 +167,7 @@ def inject_pipeline(func):
     def on_alloc(n):
         allocs[n.buffer] = n
 
-    tvm_ffi.structural_walk(func.body, (tirx.AllocBuffer, on_alloc))
+    walk(func.body, (tirx.AllocBuffer, on_alloc))
     p = _Pipeliner(allocs)
     outside_use = {}
 
@@ -184,16 +184,16 @@ def inject_pipeline(func):
         outside_use[node] = plan[3]
         return p.rewrite(node, plan)
 
-    body = tvm_ffi.structural_mutate(func.body, (tirx.For, on_for))
+    body = mutate(func.body, (tirx.For, on_for))
     if not p.multi:
         return func.with_body(body) if not body.same_as(func.body) else func
     # a multi-buffered buffer must not be used anywhere else in its old form
     leftover = _buffers_used(body) & set(p.multi)
     if leftover:
         # used outside its pipelined loop: keep the original program (serial, correct)
-        body = tvm_ffi.structural_mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
+        body = mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
         return func.with_body(body)
-    body = tvm_ffi.structural_map(body, (tirx.AllocBuffer, lambda n: tirx.AllocBuffer(p.multi[n.buffer])
+    body = map_nodes(body, (tirx.AllocBuffer, lambda n: tirx.AllocBuffer(p.multi[n.buffer])
                                          if n.buffer in p.multi else n))
     return func.with_body(body)
 

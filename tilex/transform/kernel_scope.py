@@ -4,6 +4,8 @@ from __future__ import annotations
 import tvm_ffi
 from tvm import tirx
 
+from tilex._tir import walk
+
 
 class KernelInfo:
     def __init__(self, thread_var, threads, block_extents):
@@ -26,7 +28,7 @@ def kernel_info(func) -> KernelInfo | None:
             elif tag.startswith("blockIdx"):
                 blocks[iv.var] = node.value
 
-    tvm_ffi.structural_walk(func.body, (tirx.AttrStmt, on_attr))
+    walk(func.body, (tirx.AttrStmt, on_attr))
     if "threadIdx.x" not in threads:
         return None
     if len(threads) > 1:

@@ -17,6 +17,8 @@ from collections import deque
 import tvm
 from tvm import tirx
 
+from tilex._tir import map_nodes
+
 from tilex.op.base import InferContext, InferLevel, LayoutConflictError, TileOpError, is_fragment
 from tilex.op.parallel import ParallelOp
 from tilex.transform.kernel_scope import kernel_info
@@ -104,7 +106,7 @@ def _annotate_loops(body, loop_layouts):
         ann[LOOP_LAYOUT_ATTR] = encode(lay)
         return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann)
 
-    return tvm_ffi.structural_map(body, (tirx.For, on_for), order="pre")
+    return map_nodes(body, (tirx.For, on_for), order="pre")
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.LayoutInference")

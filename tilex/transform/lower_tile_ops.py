@@ -13,7 +13,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode
+from tilex._tir import BufferLoadNode, map_nodes, mutate, walk
 from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared, target_arch
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
@@ -25,7 +25,7 @@ from tilex.transform.op_collect import is_parallel_nest
 
 def _allocated_buffers(body):
     out = []
-    tvm_ffi.structural_walk(body, (tirx.AllocBuffer, lambda n: out.append(n.buffer)))
+    walk(body, (tirx.AllocBuffer, lambda n: out.append(n.buffer)))
     return out
 
 
@@ -85,7 +85,7 @@ def lower_tile_ops(func, target=None):
         else_case = m.mutate(node.else_case) if node.else_case is not None else None
         return tirx.IfThenElse(node.condition, then_case, else_case)
 
-    body = tvm_ffi.structural_mutate(func.body, [(tirx.Evaluate, on_eval), (tirx.For, on_for),
+    body = mutate(func.body, [(tirx.Evaluate, on_eval), (tirx.For, on_for),
                                                  (tirx.AllocBuffer, on_alloc), (tirx.IfThenElse, on_if)])
     body = _remap_leftover_accesses(body, ctx)
     func = func.with_body(body).without_attr(LAYOUT_MAP_ATTR)
@@ -115,7 +115,7 @@ def _remap_leftover_accesses(body, ctx):
             return ctx.store(n.buffer, n.value, list(n.indices))
         return n
 
-    return tvm_ffi.structural_map(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
+    return map_nodes(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.LowerTileOps")

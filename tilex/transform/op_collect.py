@@ -5,6 +5,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from tilex._tir import walk
+
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
 
@@ -30,5 +32,5 @@ def collect_tile_ops(body):
             return tvm_ffi.WalkResult.SKIP if hasattr(tvm_ffi, "WalkResult") else None
         return None
 
-    tvm_ffi.structural_walk(body, [(tirx.Evaluate, on_eval), (tirx.For, on_for)], order="pre")
+    walk(body, [(tirx.Evaluate, on_eval), (tirx.For, on_for)], order="pre")
     return found

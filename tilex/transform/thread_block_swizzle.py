@@ -29,6 +29,8 @@ from __future__ import annotations
 import tvm
 import tvm_ffi
 from tvm import tirx
+
+from tilex._tir import walk, mutate
 from tvm.ir import Op
 
 from tilex.language.annotate import SWIZZLE_ORDERS, USE_SWIZZLE_OP
@@ -91,12 +93,12 @@ def _drop_markers(stmt):
     def on_eval(node, m):
         return tirx.Evaluate(0) if _marker(node) is not None else node
 
-    return tvm_ffi.structural_mutate(stmt, [(tirx.SeqStmt, on_seq), (tirx.Evaluate, on_eval)])
+    return mutate(stmt, [(tirx.SeqStmt, on_seq), (tirx.Evaluate, on_eval)])
 
 
 def _find_markers(stmt):
     found = []
-    tvm_ffi.structural_walk(stmt, (tirx.Evaluate, lambda n: found.append(_marker(n)) if _marker(n) else None))
+    walk(stmt, (tirx.Evaluate, lambda n: found.append(_marker(n)) if _marker(n) else None))
     return found
 
 
@@ -148,7 +150,7 @@ def thread_block_swizzle(func: tirx.PrimFunc) -> tirx.PrimFunc:
             return node
         return _rewrite_launch(node, panel_size, order)
 
-    body = tvm_ffi.structural_mutate(func.body, (tirx.AttrStmt, on_attr))
+    body = mutate(func.body, (tirx.AttrStmt, on_attr))
     if _find_markers(body):
         raise ValueError("T.use_swizzle must be called inside a T.Kernel launch scope")
     return func.with_body(body)
