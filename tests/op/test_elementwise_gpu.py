@@ -71,3 +71,22 @@ def test_bad_arguments_raise():
         k(a, torch.randn(256, 512, device="cuda", dtype=torch.float16)[:, ::2])
     with pytest.raises(TypeError):
         k(a)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pad", [0, 4])
+def test_annotated_padded_shared_layout_roundtrip(pad):
+    @T.prim_func
+    def f(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, 64), "float32")
+            t = T.alloc_fragment((64, 64), "float32")
+            T.annotate_layout({s: T.Layout((64, 64), lambda i, j: i * (64 + pad) + j)})
+            T.copy(A[0, 0], s)
+            for i, j in T.Parallel(64, 64):
+                t[i, j] = s[j, i]
+            T.copy(t, B[0, 0])
+
+    k = tilex.compile(f, out_idx=[1])
+    a = torch.randn(64, 64, device="cuda")
+    torch.testing.assert_close(k(a), a.t().contiguous())

@@ -8,6 +8,7 @@ from tilex.language.annotate import Fragment, Layout, make_swizzled_layout, use_
 from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, alloc_var
 from tilex.language.debug import print  # noqa: A004 - T.print, as in TileLang
 from tilex.language.kernel import Kernel
+from tilex.language.layout_annotation import annotate_layout
 from tilex.language.loop import Parallel, Pipelined
 from tilex.language.parser import prim_func
 from tilex.language.tileop import (GemmWarpPolicy, clear, copy, fill, gemm, reduce, reduce_abssum, reduce_absmax,

@@ -33,3 +33,40 @@ def decode(obj):
 
         return Fragment(shape, thread, index, replicate=replicate)
     return Layout(shape, lambda *v: [substitute(e, dict(zip(old, v))) for e in obj["forward"]])
+
+
+ANNOTATE_OP = "tilex.annotate_layout"
+
+
+def encode_call(buffer, lay):
+    """A ``tilex.annotate_layout(buffer, ...)`` call carrying `lay` as plain PrimExpr arguments:
+    kind (0 layout, 1 fragment), ndim, shape..., placeholder vars..., nout, forward/index exprs...,
+    and for fragments: replicate, rep var, thread expr."""
+    from tvm import tirx
+
+    from tilex.op.registry import register_intrinsic
+
+    register_intrinsic(ANNOTATE_OP)
+    is_frag = isinstance(lay, Fragment)
+    exprs = list(lay.forward_index)
+    args = [buffer, int(is_frag), len(lay.input_shape), *lay.input_shape, *lay.vars, len(exprs), *exprs]
+    if is_frag:
+        args += [int(lay.replicate), lay.rep_var, lay.forward_thread]
+    return tirx.call_intrin("void", ANNOTATE_OP, *args)
+
+
+def decode_call(call):
+    """(buffer, Layout | Fragment) from a ``tilex.annotate_layout`` call."""
+    a = list(call.args)
+    buf, is_frag, n = a[0], int(a[1].value), int(a[2].value)
+    shape = [int(x.value) for x in a[3:3 + n]]
+    vars_ = a[3 + n:3 + 2 * n]
+    nout = int(a[3 + 2 * n].value)
+    exprs = a[4 + 2 * n:4 + 2 * n + nout]
+    obj = {"kind": "fragment" if is_frag else "layout", "shape": shape, "vars": vars_}
+    if is_frag:
+        rest = a[4 + 2 * n + nout:]
+        obj.update({"index": exprs, "replicate": int(rest[0].value), "rep": rest[1], "thread": rest[2]})
+    else:
+        obj["forward"] = exprs
+    return buf, decode(obj)

@@ -82,7 +82,8 @@ def layout_inference(func, target=None):
     if not found:
         return func
     ops = [op for _, op in found]
-    pinned = {}  # T.annotate_layout comes with issue #3
+    pinned, body = _take_annotations(func.body)
+    func = func.with_body(body)
     layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned)
     loop_layouts = {}
     for stmt, op in found:
@@ -91,6 +92,26 @@ def layout_inference(func, target=None):
     body = _annotate_loops(func.body, loop_layouts)
     func = func.with_body(body) if not body.same_as(func.body) else func
     return func.with_attr(LAYOUT_MAP_ATTR, {b: encode(l) for b, l in layout_map.items()})
+
+
+def _take_annotations(body):
+    """Collect T.annotate_layout entries and drop their marker statements."""
+    import tvm
+
+    from tilex.transform.layout_codec import ANNOTATE_OP, decode_call
+
+    pinned = {}
+
+    def on_eval(node):
+        v = node.value
+        if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == ANNOTATE_OP:
+            buf, lay = decode_call(v)
+            pinned[buf] = lay
+            return tirx.Evaluate(tirx.const(0, "int32"))
+        return node
+
+    body = map_nodes(body, (tirx.Evaluate, on_eval))
+    return pinned, body
 
 
 def _annotate_loops(body, loop_layouts):

@@ -1,0 +1,61 @@
+"""T.annotate_layout pins layouts for inference and lowering."""
+import pytest
+import tvm
+
+import tilex.language as T
+from tilex.engine import lower_to_tir
+from tilex.op.base import LayoutConflictError
+from tilex.transform.layout_codec import decode
+from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference
+
+SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+
+
+def padded_copy(pad):
+    @T.prim_func
+    def f(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, 64), "float32")
+            T.annotate_layout({s: T.Layout((64, 64), lambda i, j: i * (64 + pad) + j)})
+            T.copy(A[0, 0], s)
+            T.copy(s, B[0, 0])
+
+    return f
+
+
+def test_pinned_shared_layout_is_used_for_addresses():
+    f = padded_copy(4)
+    lay = {b.name: decode(v) for b, v in layout_inference(f).attrs[LAYOUT_MAP_ATTR].items()}
+    assert lay["s"].output_shape == (64 * 68 - 4,)
+    script = lower_to_tir(f, SM90)["main"].script()
+    assert "* 68" in script  # padded row pitch
+
+
+def test_pinned_fragment_layout_wins_over_free_choices():
+    @T.prim_func
+    def f(A: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((128,), "float32")
+            T.annotate_layout({x: T.Fragment((128,), forward_thread_fn=lambda i: 127 - i, forward_index_fn=lambda i: 0)})
+            T.copy(A[0], x)
+            T.copy(x, B[0])
+
+    lay = {b.name: decode(v) for b, v in layout_inference(f).attrs[LAYOUT_MAP_ATTR].items()}
+    assert int(lay["x"].map_thread([5]).value) == 122
+
+
+def test_pinned_layout_conflicting_with_gemm_is_reported():
+    @T.prim_func
+    def f(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 32), "float16")
+            B_s = T.alloc_shared((32, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.annotate_layout({C_l: T.Fragment((64, 64), forward_thread_fn=lambda i, j: i * 2 + j // 32,
+                                               forward_index_fn=lambda i, j: j % 32)})
+            T.copy(A[0, 0], A_s)
+            T.copy(B[0, 0], B_s)
+            T.gemm(A_s, B_s, C_l)
+
+    with pytest.raises(LayoutConflictError, match="C_l"):
+        layout_inference(f, SM90)
