@@ -28,7 +28,7 @@ def test_fragment_from_forward_fn():
     frag = T.Fragment((16, 8), forward_fn=lambda i, j: (i % 8 * 4 + j // 2, (i // 8) * 2 + j % 2))
     assert isinstance(frag, Fragment)
     assert frag.thread_extent == 32 and frag.local_size == 4 and frag.replicate == 1
-    assert frag.map_thread([9, 5]) .value == 1 * 4 + 2 and [e.value for e in frag.map_index([9, 5])] == [3]
+    assert frag.map_thread([9, 5]).value == 1 * 4 + 2 and [e.value for e in frag.map_index([9, 5])] == [3]
     same = T.Fragment((16, 8), forward_thread_fn=lambda i, j: i % 8 * 4 + j // 2,
                       forward_index_fn=lambda i, j: [(i // 8) * 2 + j % 2])
     assert same.is_equal(frag)
@@ -121,3 +121,25 @@ def test_constructors_are_usable_inside_a_program_builder():
 
     assert seen["swz"].is_equal(make_swizzled_layout(128, 32, 16))
     assert seen["frag"].thread_extent == 128
+
+
+def test_constructed_layouts_drive_lowering_through_annotate_layout():
+    import tvm
+
+    from tilex.engine import lower_to_tir
+
+    @T.prim_func
+    def main(A: T.Tensor((128, 32), "float16"), O: T.Tensor((128, 32), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((128, 32), "float16")
+            F = T.alloc_fragment((128, 32), "float32")
+            T.annotate_layout({A_s: T.make_swizzled_layout(A_s),
+                               F: T.Fragment((128, 32), forward_fn=lambda i, j: (i, j))})  # thread i owns row i
+            T.copy(A, A_s)
+            for i, j in T.Parallel(128, 32):
+                F[i, j] = T.Cast("float32", A_s[i, j])
+            T.copy(F, O)
+
+    script = lower_to_tir(main, tvm.target.Target({"kind": "cuda", "arch": "sm_90a"}))["main"].script()
+    assert "F = T.alloc_local((32,))" in script  # 32 elements per thread: the annotated fragment
+    assert "O[v, " in script and "A_s[v * 32 + " in script and "^" in script  # row per thread, swizzled reads

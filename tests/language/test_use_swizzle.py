@@ -90,7 +90,10 @@ def _launch(func):
         if n.attr_key == "thread_extent":
             launch[n.node.thread_tag] = (n.node.var, int(n.value.value))
 
-    tvm_ffi.structural_walk(func.body, [(tirx.AttrStmt, on_attr), (tirx.Bind, lambda n: binds.append((n.var, n.value)))])
+    def on_bind(n):
+        binds.append((n.var, n.value))
+
+    tvm_ffi.structural_walk(func.body, [(tirx.AttrStmt, on_attr), (tirx.Bind, on_bind)])
     return launch, binds
 
 

@@ -253,7 +253,7 @@ def test_shared_element_atomics_exposed_to_thread_sync():
                 T.atomic_add(H[i], s[i])
 
     from tilex.engine.pipeline import PIPELINE_NAME, run_tile_passes
-    from tilex.jit import nvcc  # noqa: F401 - CUDA hooks
+    from tilex.jit import nvcc  # noqa: F401 - registers the CUDA hooks
 
     with SM90:
         f = run_tile_passes(hist, SM90)

@@ -8,6 +8,8 @@ Python functions of the index placeholders.
 from __future__ import annotations
 
 import numpy as np
+import tvm
+import tvm_ffi
 from tvm import tirx
 
 from tilex.layout import Fragment as _Fragment
@@ -106,9 +108,6 @@ def Fragment(shape, forward_fn=None, forward_thread_fn=None, forward_index_fn=No
 
 def _uses(exprs, var):
     """Whether any expression in `exprs` (a PrimExpr, int, or list of them) mentions `var`."""
-    import tvm
-    import tvm_ffi
-
     found = []
     for e in exprs if isinstance(exprs, list) else [exprs]:
         if isinstance(e, tvm.ir.expr.Expr):
@@ -123,8 +122,6 @@ def make_swizzled_layout(buffer):
     shape = _shape(buffer.shape)
     if len(shape) < 2:
         raise LayoutError(f"T.make_swizzled_layout: buffer '{buffer.name}' must have at least 2 dims, got {shape}")
-    import tvm
-
     bits = tvm.DataType(str(buffer.dtype)).bits
     lay = _make_swizzled_layout(shape[-2], shape[-1], bits)
     return lay.expand(shape[:-2]) if len(shape) > 2 else lay

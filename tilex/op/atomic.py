@@ -20,7 +20,6 @@ contributes each element once (only replica 0 adds). A per-thread ``T.alloc_loca
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from tilex._tir import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes
@@ -65,7 +64,7 @@ def _check_dst_scope(kind, buffer):
                           f"need a global or shared buffer (registers are private to a thread: update them directly)")
 
 
-# ---- frontend builders ------------------------------------------------------------------------------------------------
+# ---- frontend builders ----------------------------------------------------------------------------------------------
 def atomic_element(kind, dst, value):
     """``tilex::atomic_<kind>(&dst, value)`` for one element ``dst`` (a BufferLoad of a global/shared buffer)."""
     kind = _kind(kind)
@@ -127,11 +126,12 @@ def atomic(kind, dst, value, memory_order=None, return_prev=False, use_tma=False
         return atomic_call(kind, dst, value)  # a start element takes the other side's tile shape
     if _is_tile(dst):
         raise TileOpError(f"{_api(kind)}: a tile destination needs a tile value (a buffer or region), got "
-                          f"{type(value).__name__}; for a scalar per element use T.Parallel with {_api(kind)}(C[i, j], v)")
+                          f"{type(value).__name__}; for a scalar per element use T.Parallel with "
+                          f"{_api(kind)}(C[i, j], v)")
     return atomic_element(kind, dst, value)
 
 
-# ---- the tile operator ------------------------------------------------------------------------------------------------
+# ---- the tile operator ----------------------------------------------------------------------------------------------
 @register_tile_op(_OP_NAME)
 class AtomicOp(TileOp):
     """``dst (op)= src`` element by element, atomically on ``dst`` (global or shared)."""

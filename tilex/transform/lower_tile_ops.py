@@ -88,6 +88,11 @@ def lower_tile_ops(func, target=None):
     body = mutate(func.body, [(tirx.Evaluate, on_eval), (tirx.For, on_for),
                                                  (tirx.AllocBuffer, on_alloc), (tirx.IfThenElse, on_if)])
     body = _remap_leftover_accesses(body, ctx)
+    # element atomics on shared memory were built before buffers took their final form: make them visible to
+    # ThreadSync (tvm_access_ptr) so it orders them against the plain accesses around them
+    from tilex.op.atomic import expose_shared_atomics
+
+    body = expose_shared_atomics(body)
     func = func.with_body(body).without_attr(LAYOUT_MAP_ATTR)
     return func
 

@@ -27,12 +27,10 @@ Panel ``p`` takes the launch indices ``[p * P * gx, p * P * gx + h * gx)`` and h
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
-
-from tilex._tir import walk, mutate
 from tvm.ir import Op
 
+from tilex._tir import mutate, walk
 from tilex.language.annotate import SWIZZLE_ORDERS, USE_SWIZZLE_OP
 
 
