@@ -49,3 +49,34 @@ def test_gemm_cuda_compiles_with_nvcc(arch):
     assert '#include "tilex/common.h"' in src
     cubin = compile_cuda(src, arch)
     assert len(cubin) > 1000
+
+
+def _unpipelined_gemm():
+    import tilex.language as T
+
+    @T.prim_func
+    def f(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.clear(C_l)
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            for i, j in T.Parallel(64, 64):
+                A_s[i, j] = A_s[i, j] * 2.0
+            T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C)
+
+    return f
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_vector_accesses_to_swizzled_tiles_compile(arch):
+    """Synchronous 16-byte copies and T.Parallel vectors into swizzled shared tiles stay contiguous vectors."""
+    from tilex.jit.nvcc import compile_cuda
+
+    src = build(_unpipelined_gemm(), tvm.target.Target({"kind": "cuda", "arch": arch})).mod.imports[0].inspect_source()
+    assert "uint4" in src  # 8 x fp16 moved as one 16-byte vector
+    compile_cuda(src, arch)

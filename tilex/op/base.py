@@ -73,6 +73,7 @@ class LowerContext:
     analyzer: object
     remap: dict  # logical buffer -> physical (flattened / per-thread) buffer
     arch: int = 80
+    lane_vars: list = field(default_factory=list)  # vector-lane loop vars created by the partitioner
 
     def layout(self, buffer):
         return self.layout_map.get(buffer)
@@ -94,7 +95,34 @@ class LowerContext:
             return phys, [lay.local_offset(list(indices))]
         if lay is None:
             return phys, [row_major_offset(indices, buffer.shape)]
+        lane = self._lane_in(indices[-1]) if indices else None
+        if lane is not None:
+            # a vector access: the partitioner proved that the lanes are contiguous in this layout, so address
+            # the vector's first element through the layout and add the lane (a swizzle's xor would otherwise
+            # hide the contiguity from TVM's vectorizer)
+            from tilex.op.partition import substitute
+
+            zero = {lane: tirx.const(0, "int32")}
+            base = [substitute(i, zero) for i in indices]
+            step = self.analyzer.simplify(indices[-1] - base[-1])
+            if all(self.analyzer.can_prove_equal(a, b) for a, b in zip(indices[:-1], base[:-1])):
+                return phys, [lay.offset(base, self.analyzer) + step]
         return phys, [lay.offset(list(indices))]
+
+    def _lane_in(self, expr):
+        if not self.lane_vars:
+            return None
+        from tilex._tir import walk
+
+        found = []
+
+        def on_var(v):
+            for lv in self.lane_vars:
+                if v.same_as(lv):
+                    found.append(lv)
+
+        walk(expr, (tvm.ir.Var, on_var))
+        return found[0] if found else None
 
     def load(self, buffer, indices):
         phys, idx = self.physical_index(buffer, indices)

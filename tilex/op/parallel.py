@@ -76,7 +76,7 @@ class ParallelOp(TileOp):
                     self.loop_layout = lay
                     break
         if self.loop_layout is None and level == InferLevel.FREE:
-            elem_bits = max(tvm.DataType(str(b.dtype)).bits for b, _, _ in self.accesses)
+            elem_bits = self._widest_bits()
             vec = self._plan_vector(ctx, elem_bits)
             self.loop_layout = coalesced_plan(self.extents, ctx.threads, vec)
             if self.loop_layout is None:
@@ -105,6 +105,17 @@ class ParallelOp(TileOp):
                     f"with layout {self.loop_layout} but '{buf.name}' already has {have}")
         return result
 
+    def _widest_bits(self):
+        """Widest scalar type the body computes in (casts and constants included): vectors are capped at 128 bits
+        of it, since TVM's CUDA codegen has no 8-lane fp32 vectors."""
+        bits = [tvm.DataType(str(b.dtype)).bits for b, _, _ in self.accesses] or [32]
+
+        def on_expr(e):
+            bits.append(tvm.DataType(dtype_of(e)).bits)
+
+        walk(self.body, [(tirx.Cast, on_expr), (tirx.FloatImm, on_expr)])
+        return max(bits)
+
     def _plan_vector(self, ctx, elem_bits):
         accesses = []
         for buf, idx, _ in self.accesses:
@@ -115,14 +126,14 @@ class ParallelOp(TileOp):
     def lower(self, ctx):
         frag = self.loop_layout
         if frag is None:
-            elem_bits = max([tvm.DataType(str(b.dtype)).bits for b, _, _ in self.accesses] or [32])
+            elem_bits = self._widest_bits()
             vec = self._plan_vector_lower(ctx, elem_bits)
 
             def make(ix, _guard):
                 return substitute(self.body, dict(zip(self.vars, ix)))
 
             return emit_by_plan(ctx, self.extents, vec, make, name="par")
-        vec = fragment_vector_width(frag, 4, ctx.analyzer)
+        vec = fragment_vector_width(frag, min(4, max(1, 128 // self._widest_bits())), ctx.analyzer)
         vec = self._check_vector(ctx, frag, vec)
         self._check_ownership(ctx, frag)
 

@@ -155,6 +155,10 @@ def emit_by_plan(ctx, extents, vector, make_body, name="i"):
     rounds = -(-total // per_round)
     it = tirx.Var(f"{name}_it", "int32")
     lv = tirx.Var(f"{name}_v", "int32")
+    if vector > 1:
+        ctx.lane_vars.append(lv)
+    ctx.analyzer.bind(it, tvm.ir.Range(0, rounds), allow_override=True)
+    ctx.analyzer.bind(lv, tvm.ir.Range(0, vector), allow_override=True)
     flat = (it * ctx.threads + t) * vector + lv
     indices = unflatten(flat, extents)
     guard_indices = unflatten((it * ctx.threads + t) * vector, extents)
@@ -177,7 +181,11 @@ def emit_by_fragment(ctx, frag, vector, make_body, name="i", bounds=None):
     inv = frag.inverse()
     lo = tirx.Var(f"{name}_l", "int32")
     lv = tirx.Var(f"{name}_v", "int32")
+    if vector > 1:
+        ctx.lane_vars.append(lv)
     nlocal = frag.local_size
+    ctx.analyzer.bind(lo, tvm.ir.Range(0, max(nlocal // vector, 1)), allow_override=True)
+    ctx.analyzer.bind(lv, tvm.ir.Range(0, vector), allow_override=True)
     l_flat = lo * vector + lv
     local_idx = unflatten(l_flat, list(frag.local_shape))
     logical = inv.map([t, *local_idx])[: len(frag.input_shape)]
