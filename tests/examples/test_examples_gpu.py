@@ -66,3 +66,16 @@ def test_gemm_bias_activation(shape, act):
     b = torch.randn(K, N, device="cuda", dtype=torch.float16) / K ** 0.5
     bias = torch.randn(N, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(k(a, b, bias).float(), reference(a, b, bias, act), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("shape", [(512, 512, 8192, 4), (1000, 1000, 1000, 3), (129, 257, 4096, 8)])
+def test_splitk_gemm_with_atomics(shape):
+    from splitk_gemm import splitk_gemm_kernel
+
+    M, N, K, split = shape
+    k = tilex.compile(splitk_gemm_kernel(M, N, K, split))
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.zeros(M, N, device="cuda")
+    k(a, b, c)
+    torch.testing.assert_close(c / K ** 0.5, (a.float() @ b.float()) / K ** 0.5, atol=1e-2, rtol=1e-2)
