@@ -10,7 +10,8 @@ import tilex.language as T  # noqa: E402
 
 
 def splitk_gemm_kernel(M, N, K, split_k=4, bm=128, bn=128, bk=64, stages=3, threads=128, dtype="float16"):
-    k_per_split = T.ceildiv(K, split_k)
+    # each split covers whole bk tiles, so no tile straddles two splits; tiles past K read zeros
+    k_per_split = T.ceildiv(T.ceildiv(K, split_k), bk) * bk
 
     @T.prim_func
     def splitk(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")):
