@@ -22,11 +22,15 @@ def alloc_local(shape, dtype="float32", scope="local"):
 
 
 def alloc_var(dtype="float32", init=None):
-    """A per-thread scalar variable (a 1-element local buffer); read and write it as ``x[0]``."""
-    buf = _ir.alloc_buffer((1,), dtype, scope="local")
+    """A per-thread scalar variable: ``acc = T.alloc_var("float32", 0.0)``, then ``acc = acc + x`` (TVMScript
+    scalar; stored as a 1-element local buffer)."""
+    var = _ir.alloc_scalar(dtype, scope="local")
     if init is not None:
-        _ir.buffer_store(buf, init, [0])
-    return buf
+        from tvm import tirx
+
+        value = tirx.const(init, dtype) if isinstance(init, (int, float)) else init
+        _ir.buffer_store(var.source if hasattr(var, "source") else var, value, [0])
+    return var
 
 
 def _shape(shape):
