@@ -26,7 +26,7 @@ def _kernel(print_what, msg=""):
             A_s = T.alloc_shared((128, 32), "float16")
             B_s = T.alloc_shared((32, 128), "float16")
             C_l = T.alloc_fragment((128, 128), "float32")
-            n = T.alloc_var("int32")
+            n = T.alloc_local((1,), "int32")
             n[0] = bx * 10 + by
             T.clear(C_l)
             for k in T.serial(2):

@@ -29,7 +29,7 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     """tilex's own passes, tile program -> plain per-thread TIR. They run as Python calls (not through TVM's pass
     manager) so that a user error keeps its Python type (LayoutConflictError, TileOpError, ...)."""
     func = canonicalize(func)
-    func = inject_pipeline(func)
+    func = inject_pipeline(func, target)
     func = layout_inference(func, target)
     return thread_block_swizzle(lower_tile_ops(func, target))  # after lowering: bounds proofs see grid ranges
 

@@ -74,6 +74,7 @@ class LowerContext:
     remap: dict  # logical buffer -> physical (flattened / per-thread) buffer
     arch: int = 80
     lane_vars: list = field(default_factory=list)  # vector-lane loop vars created by the partitioner
+    async_mma: bool = False  # inside a pipelined loop whose wgmma may stay in flight across iterations
 
     def layout(self, buffer):
         return self.layout_map.get(buffer)

@@ -128,9 +128,18 @@ def lower(op, ctx, p: WgmmaPlan):
     body = tirx.For(nb, 0, p.wn // p.n_inst, tirx.ForKind.UNROLLED, inst)
     body = tirx.For(mb, 0, p.wm // 64, tirx.ForKind.UNROLLED, body)
     body = tirx.For(ki, 0, op.K // 16, tirx.ForKind.UNROLLED, body)
+    sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared"))
+    if ctx.async_mma:
+        # in a software pipeline that fenced and synchronized the landed stage already: leave this k-tile's MMAs
+        # in flight and wait for the previous one only; with several warpgroups, a barrier makes sure every
+        # warpgroup finished reading the stage the pipeline refills next
+        tail = [_ext("tilex::wgmma_commit"), _ext("tilex::wgmma_wait<1>")]
+        if ctx.threads > 128:
+            tail.append(sync)
+        return [_ext("tilex::wgmma_fence"), body] + tail
     # smem written by st.shared / cp.async must be fenced into the async proxy before the barrier wgmma waits on
-    return [_ext("tilex::fence_proxy_async"), tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared")),
-            _ext("tilex::wgmma_fence"), body, _ext("tilex::wgmma_commit"), _ext("tilex::wgmma_wait<0>")]
+    return [_ext("tilex::fence_proxy_async"), sync, _ext("tilex::wgmma_fence"), body, _ext("tilex::wgmma_commit"),
+            _ext("tilex::wgmma_wait<0>")]
 
 
 def _ext(name):

@@ -97,9 +97,23 @@ def _make_async(stmt):
 
 
 class _Pipeliner:
-    def __init__(self, allocs):
+    def __init__(self, allocs, threads=None, target=None):
         self.allocs = allocs  # buffers allocated in enclosing scopes -> their (replaceable) AllocBuffer
         self.multi = {}  # old shared buffer -> multi-buffered buffer
+        self.threads, self.target = threads, target
+
+    def _async_consumer(self, consumers):
+        """Whether a consumer is a T.gemm that will run on wgmma (asynchronously, see gemm_wgmma.py)."""
+        from tilex.op import gemm_wgmma
+        from tilex.op.gemm import GemmOp
+
+        if self.threads is None:
+            return False
+        for c in consumers:
+            op = parse_tile_op(c.value) if isinstance(c, tirx.Evaluate) and isinstance(c.value, tvm.ir.Call) else None
+            if isinstance(op, GemmOp) and gemm_wgmma.plan(op, self.threads, self.target) is not None:
+                return True
+        return False
 
     def plan(self, loop):
         stages = int(loop.annotations[NUM_STAGES])
@@ -145,16 +159,28 @@ class _Pipeliner:
             if not analyzer.can_prove(cond):
                 stmt = tirx.IfThenElse(cond, stmt, None)
             prologue += [stmt, commit]
-        # one barrier per iteration: after it every thread (a) sees stage k % S and (b) has finished computing
-        # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k
         ahead = k + (stages - 1)
-        step = [_extern(f"tilex::cp_async_wait<{stages - 2}>"), _sync(),
-                tirx.IfThenElse(ahead < loop.min + n, issue(ahead), None), commit,
-                _retarget(_seq(consumers), bufmap, tirx.floormod(k, stages))]
+        refill = [tirx.IfThenElse(ahead < loop.min + n, issue(ahead), None), commit]
+        compute = _retarget(_seq(consumers), bufmap, tirx.floormod(k, stages))
+        landed = [_extern(f"tilex::cp_async_wait<{stages - 2}>"), _extern("tilex::fence_proxy_async"), _sync()]
+        if self._async_consumer(consumers):
+            # wgmma runs asynchronously: iteration k issues its MMAs, then waits only for those of k - 1
+            # (wgmma_wait<1>), which frees stage (k - 1) % S == (k + S - 1) % S for the refill issued after it
+            compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 1, compute)
+            step = landed + [compute] + refill
+            tail = [_extern("tilex::wgmma_wait<0>")]
+        else:
+            # one barrier per iteration: after it every thread (a) sees stage k % S and (b) has finished computing
+            # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k
+            step = landed + refill + [compute]
+            tail = []
         ann = {key: v for key, v in loop.annotations.items()
                if key not in (NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE)}
         new_loop = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq(step), None, ann)
-        return _seq(prologue + [new_loop, _extern("tilex::cp_async_wait<0>")])
+        return _seq(prologue + [new_loop] + tail + [_extern("tilex::cp_async_wait<0>")])
+
+
+ASYNC_MMA_SCOPE = "tilex.async_mma"
 
 
 def _strip(loop):
@@ -162,13 +188,16 @@ def _strip(loop):
     return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann)
 
 
-def inject_pipeline(func):
+def inject_pipeline(func, target=None):
+    from tilex.transform.kernel_scope import kernel_info
+
+    info = kernel_info(func)
     allocs = {}
     def on_alloc(n):
         allocs[n.buffer] = n
 
     walk(func.body, (tirx.AllocBuffer, on_alloc))
-    p = _Pipeliner(allocs)
+    p = _Pipeliner(allocs, info.threads if info is not None else None, target)
     outside_use = {}
 
     def on_for(node, m):

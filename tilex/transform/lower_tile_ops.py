@@ -78,6 +78,18 @@ def lower_tile_ops(func, target=None):
         phys = remap.get(node.buffer)
         return tirx.AllocBuffer(phys) if phys is not None else node
 
+    def on_attr(node, m):
+        from tilex.transform.inject_pipeline import ASYNC_MMA_SCOPE
+
+        if node.attr_key != ASYNC_MMA_SCOPE:
+            body = m.mutate(node.body)
+            return node if body.same_as(node.body) else tirx.AttrStmt(node.node, node.attr_key, node.value, body)
+        ctx.async_mma = True
+        try:
+            return m.mutate(node.body)
+        finally:
+            ctx.async_mma = False
+
     def on_if(node, m):
         # facts guarded by the condition (e.g. k + S - 1 < n in a pipeline) let guards inside fold away
         with ctx.analyzer.constraint_scope(node.condition):
@@ -86,7 +98,8 @@ def lower_tile_ops(func, target=None):
         return tirx.IfThenElse(node.condition, then_case, else_case)
 
     body = mutate(func.body, [(tirx.Evaluate, on_eval), (tirx.For, on_for),
-                                                 (tirx.AllocBuffer, on_alloc), (tirx.IfThenElse, on_if)])
+                                                 (tirx.AllocBuffer, on_alloc), (tirx.IfThenElse, on_if),
+                                 (tirx.AttrStmt, on_attr)])
     body = _remap_leftover_accesses(body, ctx)
     # element atomics on shared memory were built before buffers took their final form: make them visible to
     # ThreadSync (tvm_access_ptr) so it orders them against the plain accesses around them

@@ -1,0 +1,131 @@
+"""How much shared memory a tile program's kernel needs, and how much the device allows.
+
+:func:`shared_memory_bytes` lowers the program with tilex's tile passes (``tilex.engine.lower_to_tir``), runs
+TVM's passes of the tilex pipeline up to and including ``MergeSharedMemoryAllocations`` (the pass that packs
+every ``shared.dyn`` buffer into the one ``buf_dyn_shmem`` array whose size becomes the launch's dynamic shared
+memory), and adds up the shared allocations left (``shared.dyn`` and static ``shared``). If running TVM's passes
+fails, it falls back to the sum of the shared allocations right after the tile passes, an upper bound (the
+merge can only overlap buffers whose lifetimes are disjoint).
+
+No GPU and no nvcc are needed: it runs in the autotuner's compile phase, before nvcc, so a configuration that
+cannot launch is rejected without compiling it.
+"""
+from __future__ import annotations
+
+import logging
+
+__all__ = ["shared_memory_bytes", "device_shared_memory_limit", "arch_shared_memory_limit", "ARCH_SMEM_LIMITS"]
+
+logger = logging.getLogger("tilex.autotuner")
+
+#: Opt-in shared memory per block (bytes) by compute capability ``(major, minor)``, from the CUDA programming
+#: guide's table of technical specifications; used when no GPU is visible (e.g. compiling for "sm_90a" on a
+#: CPU-only machine).
+ARCH_SMEM_LIMITS = {
+    (7, 0): 96 * 1024, (7, 5): 64 * 1024,
+    (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024,
+    (9, 0): 227 * 1024,
+    (10, 0): 227 * 1024, (10, 3): 227 * 1024, (11, 0): 227 * 1024,
+    (12, 0): 99 * 1024, (12, 1): 99 * 1024,
+}
+
+_MERGE_PASS = "MergeSharedMemoryAllocations"
+
+
+def _alloc_bytes(buf) -> int | None:
+    import tvm
+
+    n = 1
+    for d in buf.shape:
+        try:
+            n *= int(d)
+        except (TypeError, ValueError):
+            return None
+    dt = tvm.DataType(str(buf.dtype))
+    return (n * dt.bits * dt.lanes + 7) // 8
+
+
+def _sum_shared(mod) -> int:
+    from tvm import tirx
+
+    from tilex._tir import walk
+
+    total = 0
+    unknown = []
+
+    def on_alloc(node):
+        nonlocal total
+        buf = node.buffer
+        if not str(buf.scope()).startswith("shared"):
+            return
+        b = _alloc_bytes(buf)
+        if b is None:
+            unknown.append(buf.name)
+        else:
+            total += b
+
+    for _gv, f in mod.functions.items():
+        if isinstance(f, tirx.PrimFunc):
+            walk(f.body, (tirx.AllocBuffer, on_alloc))
+    if unknown:
+        raise ValueError(f"shared buffer(s) {', '.join(unknown)} have a shape that is not a constant")
+    return total
+
+
+def shared_memory_bytes(func, target="auto", pass_configs=None, merged: bool = True) -> int:
+    """Bytes of shared memory (dynamic + static) one block of ``func``'s kernel uses when compiled for ``target``.
+
+    ``merged=False`` skips TVM's passes and returns the plain sum of the shared buffers after tilex's tile passes
+    (multi-buffered pipeline stages included). Raises what lowering raises (``TileOpError``,
+    ``LayoutConflictError``, ...) for a program that does not build.
+    """
+    import tvm
+
+    from tilex import config as _config
+    from tilex import env
+    from tilex.engine import lower_to_tir
+
+    tgt = env.resolve_target(target)
+    lowered = lower_to_tir(func, tgt, pass_configs)
+    if not merged:
+        return _sum_shared(lowered)
+    try:
+        from tilex.engine import pipeline
+
+        _ours, theirs = _config.split(pass_configs)
+        with tvm.transform.PassContext(opt_level=3, config=theirs), tgt:
+            passes = pipeline.tvm_passes(tvm.transform.PassContext.current().config)
+            names = [str(p.info.name) for p in passes]
+            cut = [i for i, n in enumerate(names) if n.endswith(_MERGE_PASS)]
+            if not cut:
+                raise LookupError(f"{_MERGE_PASS} is not in tilex's pipeline")
+            mod = tvm.transform.Sequential(passes[: cut[0] + 1])(lowered)
+        return _sum_shared(mod)
+    except Exception as e:  # noqa: BLE001 - an estimate is still useful
+        logger.debug("shared_memory_bytes: TVM passes failed (%s); using the sum of the shared buffers", e)
+        return _sum_shared(lowered)
+
+
+def arch_shared_memory_limit(arch: str) -> int | None:
+    """Opt-in shared memory per block for an arch like ``"sm_90a"`` (``None`` if unknown)."""
+    from tilex import env
+
+    digits = env.normalize_arch(arch)[3:].rstrip("af")
+    major, minor = int(digits[:-1]), int(digits[-1])
+    return ARCH_SMEM_LIMITS.get((major, minor))
+
+
+def device_shared_memory_limit(device=None) -> int | None:
+    """``shared_memory_per_block_optin`` of the current (or given) CUDA device, ``None`` without a GPU."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return None
+        if device is None:
+            device = torch.cuda.current_device()
+        props = torch.cuda.get_device_properties(device)
+        val = getattr(props, "shared_memory_per_block_optin", None)
+        return int(val) if val else None
+    except Exception:  # noqa: BLE001
+        return None
