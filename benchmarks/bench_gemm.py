@@ -11,13 +11,14 @@ from triton.testing import do_bench  # noqa: E402
 
 import tilex  # noqa: E402
 
-CONFIGS = [  # (bm, bn, bk, stages, threads)
-    (128, 128, 64, 3, 128),
-    (128, 128, 64, 4, 128),
-    (128, 256, 64, 3, 256),
-    (128, 256, 64, 4, 256),
-    (256, 128, 64, 3, 256),
-    (256, 128, 64, 4, 256),
+CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel)
+    (128, 128, 64, 3, 128, 0),
+    (128, 256, 64, 3, 256, 0),
+    (128, 256, 64, 4, 256, 0),
+    (128, 256, 64, 3, 256, 8),
+    (256, 128, 64, 3, 256, 8),
+    (64, 256, 64, 4, 128, 0),
+    (64, 128, 64, 4, 128, 0),
 ]
 
 
@@ -27,11 +28,20 @@ def bench(M, N, K, dtype, configs):
     b = torch.randn(K, N, device="cuda", dtype=tdt)
     ref = a @ b
     t_torch = do_bench(lambda: a @ b, warmup=25, rep=200)
+    t_triton = None
+    try:
+        from triton_gemm import triton_matmul
+
+        c_tr = torch.empty(M, N, device="cuda", dtype=tdt)
+        triton_matmul(a, b, c_tr)  # autotunes on first call
+        t_triton = do_bench(lambda: triton_matmul(a, b, c_tr), warmup=25, rep=200)
+    except Exception as e:  # noqa: BLE001
+        print(f"  triton: failed: {str(e).splitlines()[0][:160]}")
     best = None
     for cfg in configs:
-        bm, bn, bk, st, th = cfg
+        bm, bn, bk, st, th, sw = cfg
         try:
-            k = tilex.compile(matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype), out_idx=[2])
+            k = tilex.compile(matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw), out_idx=[2])
             c = k(a, b)
             torch.testing.assert_close(c.float() / K ** 0.5, ref.float() / K ** 0.5, atol=1e-2, rtol=1e-2)
         except Exception as e:  # noqa: BLE001 - report and move on
@@ -41,30 +51,43 @@ def bench(M, N, K, dtype, configs):
         print(f"  config {cfg}: {2 * M * N * K / t * 1e-9:.0f} TFLOP/s, ratio {t_torch / t:.3f}")
         if best is None or t < best[0]:
             best = (t, cfg)
-    return t_torch, best
+    return t_torch, t_triton, best
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--dtype", default="float16")
     p.add_argument("--shapes", default="4096x4096x4096,8192x8192x8192")
+    p.add_argument("--all", action="store_true", help="the issue-4 shape list, fp16 and bf16")
     args = p.parse_args()
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
-    for s in args.shapes.split(","):
-        M, N, K = map(int, s.split("x"))
-        print(f"{s} {args.dtype}:")
-        t_torch, best = bench(M, N, K, args.dtype, CONFIGS)
-        if best is None:
-            rows.append((s, t_torch, None, None))
-        else:
-            rows.append((s, t_torch, best[0], best[1]))
-    print("\nshape | torch ms | tilex ms | torch/tilex | best config")
-    for s, tt, tx, cfg in rows:
+    shapes = args.shapes.split(",")
+    dtypes = [args.dtype]
+    if args.all:
+        shapes = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
+                  "16x8192x8192"]
+        dtypes = ["float16", "bfloat16"]
+    for dt in dtypes:
+        for s in shapes:
+            M, N, K = map(int, s.split("x"))
+            print(f"{s} {dt}:")
+            t_torch, t_triton, best = bench(M, N, K, dt, CONFIGS)
+            rows.append((s, dt, t_torch, t_triton, best[0] if best else None, best[1] if best else None))
+    print("\nshape | dtype | cuBLAS ms | triton ms | tilex ms | cuBLAS/tilex | triton/tilex | best config")
+    ratios = []
+    for s, dt, tt, ttr, tx, cfg in rows:
         if tx is None:
-            print(f"{s} | {tt:.3f} | - | - | none worked")
-        else:
-            print(f"{s} | {tt:.3f} | {tx:.3f} | {tt / tx:.3f} | {cfg}")
+            print(f"{s} | {dt} | {tt:.3f} | - | - | - | - | none worked")
+            continue
+        ratios.append(tt / tx)
+        tr = f"{ttr:.3f}" if ttr else "-"
+        trr = f"{ttr / tx:.3f}" if ttr else "-"
+        print(f"{s} | {dt} | {tt:.3f} | {tr} | {tx:.3f} | {tt / tx:.3f} | {trr} | {cfg}")
+    if ratios:
+        import math
+
+        print(f"geometric mean cuBLAS/tilex: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@ import tilex.language as T
 
 
 def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="float16", accum="float32",
-           trans_a=False, trans_b=False):
-    """C = A @ B (A^T / B^T when trans_a / trans_b: A is then (K, M), B is (N, K))."""
+           trans_a=False, trans_b=False, swizzle=0):
+    """C = A @ B (A^T / B^T when trans_a / trans_b: A is then (K, M), B is (N, K)); `swizzle` > 0 rasterizes
+    blocks in panels of that many rows for L2 reuse (T.use_swizzle)."""
     a_shape = (K, M) if trans_a else (M, K)
     b_shape = (N, K) if trans_b else (K, N)
     as_shape = (bk, bm) if trans_a else (bm, bk)
@@ -13,6 +14,8 @@ def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="flo
     @T.prim_func
     def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if swizzle > 0:
+                T.use_swizzle(swizzle)
             A_s = T.alloc_shared(as_shape, dtype)
             B_s = T.alloc_shared(bs_shape, dtype)
             C_l = T.alloc_fragment((bm, bn), accum)

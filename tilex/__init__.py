@@ -10,5 +10,6 @@ __version__ = "0.1.0"
 
 from . import env  # noqa: E402
 from .jit import JITKernel, TilexCompileError, compile  # noqa: E402,A004
+from .autotuner import autotune, AutoTuner  # noqa: E402
 
 __all__ = ["__version__", "compile", "JITKernel", "TilexCompileError", "env"]

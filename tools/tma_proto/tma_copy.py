@@ -204,7 +204,8 @@ def encode_desc_cuda_bindings(A):
     M, K = A.shape
     err, tmap = cu.cuTensorMapEncodeTiled(
         cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, A.data_ptr(),
-        [K, M], [K * A.element_size()], [BOX, BOX], [1, 1],
+        [cu.cuuint64_t(K), cu.cuuint64_t(M)], [cu.cuuint64_t(K * A.element_size())],
+        [cu.cuuint32_t(BOX), cu.cuuint32_t(BOX)], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_NONE,
@@ -288,40 +289,6 @@ def gpu_main(outdir):
     except Exception as e:  # noqa: BLE001
         print(f"[gpu] strided view rejected: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
 
-    # misaligned TMA destination (512 B into a 1024-aligned buffer): swizzle pattern changes
-    exs = build(make_tma_copy(256, 128, smem_skew_bytes=512))
-    A = rand(256, 128)
-    B = torch.zeros_like(A)
-    exs["tma_copy"](A, B)
-    torch.cuda.synchronize()
-    ok = torch.equal(A, B)
-    print(f"[gpu] variant A with TMA dst at 1024-aligned base + 512 B: equal={ok} "
-          f"(expected False: the 128B swizzle XORs absolute smem address bits [7:9] into [4:6])")
-    # same data with the pattern shifted by 4 rows -> check that it IS the 'absolute address' swizzle
-    Sref = A.view(256, 16, 8).clone()  # 16 chunks of 8 fp16 per row = 2 boxes * 8 chunks
-    expect = torch.empty_like(Sref)
-    for r in range(256):
-        for blk in range(2):
-            for j in range(8):
-                # data for chunk j of row r was stored at chunk j ^ ((r + 4) % 8); we read chunk j ^ (r % 8)
-                src_j = j ^ ((r + 4) % 8) ^ (r % 8)
-                expect[r, blk * 8 + j] = Sref[r, blk * 8 + src_j]
-    res["skew512 explained"] = torch.equal(B.view(256, 16, 8), expect)
-    print(f"[gpu]   ... output equals the row+4 swizzle prediction: {res['skew512 explained']}")
-
-    # > 48 KB of dynamic shared memory (TVM's runtime must raise the function attribute itself)
-    try:
-        exl = build(make_tma_copy(256, 128, extra_smem_bytes=200 * 1024))
-        A = rand(256, 128)
-        B = torch.zeros_like(A)
-        exl["tma_copy"](A, B)
-        torch.cuda.synchronize()
-        res["A 208 KB dyn smem"] = torch.equal(A, B)
-        print(f"[gpu] variant A with 8 KB + 200 KB dynamic smem: equal={res['A 208 KB dyn smem']}")
-    except Exception as e:  # noqa: BLE001
-        res["A 208 KB dyn smem"] = False
-        print(f"[gpu] variant A with 208 KB dynamic smem failed: {type(e).__name__}: {str(e)[:300]}")
-
     # ---------------- variant B (descriptor from cuda.bindings, in global memory)
     ex_b = None
     try:
@@ -359,9 +326,16 @@ def gpu_main(outdir):
     fa64 = ex_a[(64, 64)]["tma_copy"]
     fp64 = build(make_plain_copy(64, 64))["plain_copy"]
     fd64 = exd["tma_copy"]
-    print(f"[gpu] per call, 64x64, wall us (3000 back-to-back calls):")
-    for name, f in [("A tma_copy static", fa64), ("A tma_copy dynamic", fd64), ("plain_copy", fp64)]:
-        us = min(per_call_us(f, (a, b)) for _ in range(3))
+    calls = [("A tma_copy static", fa64, (a, b)), ("A tma_copy dynamic", fd64, (a, b)),
+             ("plain_copy", fp64, (a, b))]
+    try:
+        calls.append(("B gmem_desc_copy", build(make_gmem_desc_copy(64, 64))["gmem_desc_copy"],
+                      (encode_desc_cuda_bindings(a), a, b)))
+    except Exception as e:  # noqa: BLE001
+        print(f"[gpu] variant B 64x64 skipped: {e}")
+    print(f"[gpu] per call, 64x64, wall us (3000 back-to-back calls, best of 3):")
+    for name, f, args in calls:
+        us = min(per_call_us(f, args) for _ in range(3))
         print(f"[gpu]   {name:20s} {us:6.2f} us/call")
     enc = tvm_ffi.get_global_func("runtime.cuTensorMapEncodeTiled", allow_missing=True)
     print(f"[gpu] runtime.cuTensorMapEncodeTiled registered: {enc is not None}")
@@ -376,6 +350,42 @@ def gpu_main(outdir):
               f"{(time.perf_counter() - t0) / 200 * 1e6:.1f} us each")
     except Exception as e:  # noqa: BLE001
         print(f"[gpu] cuda.bindings timing skipped: {e}")
+    # > 48 KB of dynamic shared memory (TVM's runtime must raise the function attribute itself)
+    try:
+        exl = build(make_tma_copy(256, 128, extra_smem_bytes=200 * 1024))
+        A = rand(256, 128)
+        B = torch.zeros_like(A)
+        exl["tma_copy"](A, B)
+        torch.cuda.synchronize()
+        res["A 208 KB dyn smem"] = torch.equal(A, B)
+        print(f"[gpu] variant A with 8 KB + 200 KB dynamic smem: equal={res['A 208 KB dyn smem']}")
+    except Exception as e:  # noqa: BLE001
+        res["A 208 KB dyn smem"] = False
+        print(f"[gpu] variant A with 208 KB dynamic smem failed: {type(e).__name__}: {str(e)[:300]}")
+
+    # misaligned TMA destination (512 B into a 1024-aligned buffer): swizzle pattern changes
+    # (last, in case the hardware rejects it with a sticky error)
+    exs = build(make_tma_copy(256, 128, smem_skew_bytes=512))
+    A = rand(256, 128)
+    B = torch.zeros_like(A)
+    exs["tma_copy"](A, B)
+    torch.cuda.synchronize()
+    ok = torch.equal(A, B)
+    print(f"[gpu] variant A with TMA dst at 1024-aligned base + 512 B: equal={ok} "
+          f"(expected False: the 128B swizzle XORs absolute smem address bits [7:9] into [4:6])")
+    # same data with the pattern shifted by 4 rows -> check that it IS the 'absolute address' swizzle
+    A, B = A.cpu(), B.cpu()
+    Sref = A.view(256, 16, 8).clone()  # 16 chunks of 8 fp16 per row = 2 boxes * 8 chunks
+    expect = torch.empty_like(Sref)
+    for r in range(256):
+        for blk in range(2):
+            for j in range(8):
+                # data for chunk j of row r was stored at chunk j ^ ((r + 4) % 8); we read chunk j ^ (r % 8)
+                src_j = j ^ ((r + 4) % 8) ^ (r % 8)
+                expect[r, blk * 8 + j] = Sref[r, blk * 8 + src_j]
+    res["skew512 explained"] = torch.equal(B.view(256, 16, 8), expect)
+    print(f"[gpu]   ... output equals the row+4 swizzle prediction: {res['skew512 explained']}")
+
     print("[gpu] SUMMARY", res, "ALL_OK" if all(res.values()) else "SOME_FAILED")
 
 

@@ -1,0 +1,24 @@
+"""tilex.autotuner: pick the fastest configuration of a kernel factory.
+
+    @tilex.autotune(configs=[dict(bm=128, bn=128, bk=64, num_stages=3, threads=128), ...],
+                    ref_prog=lambda A, B: A @ B, out_idx=[2])
+    def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128): ...  # returns a T.prim_func
+
+    kernel = matmul(4096, 4096, 4096)      # compiled JITKernel of the best configuration; kernel.config
+    print(matmul.tune_results(4096, 4096, 4096).table())
+
+or ``AutoTuner.from_kernel(factory, configs).set_compile_args(out_idx=...).set_profile_args(ref_prog=...)
+.run(*factory_args)``. See :mod:`tilex.autotuner.tuner` for how configurations are compiled (worker processes),
+checked, timed (:func:`do_bench`, L2 flushed) and cached (``$TILEX_CACHE_DIR/autotune``; :func:`clear_cache`).
+"""
+from .bench import do_bench
+from .cache import autotune_cache_dir, clear_cache
+from .smem import device_shared_memory_limit, shared_memory_bytes
+from .tuner import (BUILD_ERROR, COMPILED, OK, RUNTIME_ERROR, SKIPPED, SMEM, TIMEOUT, WRONG, AutotunedFactory,
+                    AutotuneError, AutoTuner, CompileReport, ConfigResult, TuneResult, autotune, default_supply,
+                    format_table, jit)
+
+__all__ = ["autotune", "AutoTuner", "AutotunedFactory", "AutotuneError", "TuneResult", "ConfigResult",
+           "CompileReport", "do_bench", "clear_cache", "autotune_cache_dir", "shared_memory_bytes",
+           "device_shared_memory_limit", "default_supply", "format_table", "jit",
+           "OK", "COMPILED", "BUILD_ERROR", "SMEM", "TIMEOUT", "WRONG", "RUNTIME_ERROR", "SKIPPED"]
