@@ -10,6 +10,8 @@ import contextvars
 
 KNOWN = {
     "disable_wgmma": "use mma.sync instead of wgmma for T.gemm on sm90",
+    "disable_warp_specialized": "keep pipelined loops on cp.async in every thread (no producer warpgroup)",
+    "disable_tma": "no TMA loads (implies no warp specialization)",
 }
 
 _current: contextvars.ContextVar[dict] = contextvars.ContextVar("tilex_config", default={})

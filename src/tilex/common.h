@@ -10,3 +10,4 @@
 #include "tilex/reduce.h"
 #include "tilex/atomic.h"
 #include "tilex/debug.h"
+#include "tilex/tma.h"

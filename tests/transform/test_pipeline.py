@@ -15,7 +15,7 @@ SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 
 
 def test_pipelined_loop_is_multibuffered_with_cp_async():
-    script = lower_to_tir(matmul(1024, 1024, 1024, num_stages=3), SM90)["main"].script()
+    script = lower_to_tir(matmul(1024, 1024, 1024, num_stages=3), SM90, {"tilex.disable_warp_specialized": True})["main"].script()
     assert "T.alloc_buffer((12288,)" in script  # A_s: 3 stages x 128 x 32
     assert script.count("tilex::cp_async<16>") >= 6  # prologue (2 stages x 2 copies) + steady state
     assert "tilex::cp_async_wait<1>" in script
@@ -80,3 +80,29 @@ def test_vector_accesses_to_swizzled_tiles_compile(arch):
     src = build(_unpipelined_gemm(), tvm.target.Target({"kind": "cuda", "arch": arch})).mod.imports[0].inspect_source()
     assert "uint4" in src  # 8 x fp16 moved as one 16-byte vector
     compile_cuda(src, arch)
+
+
+def test_warp_specialized_loop_has_producer_consumer_split_and_barrier_pairs():
+    func = lower_to_tir(matmul(1024, 1024, 1024, bm=128, bn=256, bk=64, num_stages=4, threads=256), SM90)["main"]
+    script = func.script()
+    assert 'T.launch_thread("threadIdx.x", 384)' in script  # 2 consumer warpgroups + 1 producer warpgroup
+    assert "if v >= 256:" in script and "tilex.ws_consumer" in script
+    assert "tilex::reg_dealloc<40>" in script and "tilex::reg_alloc<232>" in script
+    assert script.count('T.alloc_shared((4,), "uint64")') == 2  # a full and an empty barrier per stage
+    assert script.count("tilex::mbar_init") == 2 and "tilex::mbar_arrive_expect_tx" in script
+    assert script.count("tilex::tma_load_2d") == 1 + 4  # A: one 64-wide plane; B: four planes of 64 columns
+    assert "tilex::mbar_wait" in script and "tilex::mbar_arrive(" in script
+    assert "T.tensormap_encode_tiled" in script  # host-side tensor maps
+    assert "cp_async" not in script
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_warp_specialized_cuda_has_wgmma_and_tma_and_compiles():
+    from tilex.jit.nvcc import compile_cuda
+
+    ex = build(matmul(1000, 1000, 1000, bm=128, bn=256, bk=64, num_stages=4, threads=256), SM90)
+    src = ex.mod.imports[0].inspect_source()
+    assert "__grid_constant__ CUtensorMap" in src and "tilex::tma_load_2d" in src
+    assert "tilex::wgmma_m64n256k16_f16" in src and "__launch_bounds__(384, 1)" in src
+    assert "__syncthreads" not in src.split("tilex::reg_alloc")[1]  # consumers use named barriers only
+    compile_cuda(src, "sm_90a")

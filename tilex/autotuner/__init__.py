@@ -13,12 +13,12 @@ checked, timed (:func:`do_bench`, L2 flushed) and cached (``$TILEX_CACHE_DIR/aut
 """
 from .bench import do_bench
 from .cache import autotune_cache_dir, clear_cache
-from .smem import device_shared_memory_limit, shared_memory_bytes
+from .smem import device_shared_memory_limit, shared_memory_bytes, shared_memory_usage
 from .tuner import (BUILD_ERROR, COMPILED, OK, RUNTIME_ERROR, SKIPPED, SMEM, TIMEOUT, WRONG, AutotunedFactory,
                     AutotuneError, AutoTuner, CompileReport, ConfigResult, TuneResult, autotune, default_supply,
                     format_table, jit)
 
 __all__ = ["autotune", "AutoTuner", "AutotunedFactory", "AutotuneError", "TuneResult", "ConfigResult",
            "CompileReport", "do_bench", "clear_cache", "autotune_cache_dir", "shared_memory_bytes",
-           "device_shared_memory_limit", "default_supply", "format_table", "jit",
+           "device_shared_memory_limit", "shared_memory_usage", "default_supply", "format_table", "jit",
            "OK", "COMPILED", "BUILD_ERROR", "SMEM", "TIMEOUT", "WRONG", "RUNTIME_ERROR", "SKIPPED"]

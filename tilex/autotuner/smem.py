@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["shared_memory_bytes", "device_shared_memory_limit", "arch_shared_memory_limit", "ARCH_SMEM_LIMITS"]
+__all__ = ["shared_memory_bytes", "shared_memory_usage", "device_shared_memory_limit", "arch_shared_memory_limit", "ARCH_SMEM_LIMITS"]
 
 logger = logging.getLogger("tilex.autotuner")
 
@@ -45,37 +45,39 @@ def _alloc_bytes(buf) -> int | None:
     return (n * dt.bits * dt.lanes + 7) // 8
 
 
-def _sum_shared(mod) -> int:
+def _sum_shared(mod) -> dict:
     from tvm import tirx
 
     from tilex._tir import walk
 
-    total = 0
+    usage = {"dynamic": 0, "static": 0}
     unknown = []
 
     def on_alloc(node):
-        nonlocal total
         buf = node.buffer
-        if not str(buf.scope()).startswith("shared"):
+        scope = str(buf.scope())
+        if not scope.startswith("shared"):
             return
         b = _alloc_bytes(buf)
         if b is None:
             unknown.append(buf.name)
         else:
-            total += b
+            usage["dynamic" if scope == "shared.dyn" else "static"] += b
 
     for _gv, f in mod.functions.items():
         if isinstance(f, tirx.PrimFunc):
             walk(f.body, (tirx.AllocBuffer, on_alloc))
     if unknown:
         raise ValueError(f"shared buffer(s) {', '.join(unknown)} have a shape that is not a constant")
-    return total
+    return usage
 
 
-def shared_memory_bytes(func, target="auto", pass_configs=None, merged: bool = True) -> int:
-    """Bytes of shared memory (dynamic + static) one block of ``func``'s kernel uses when compiled for ``target``.
+def shared_memory_usage(func, target="auto", pass_configs=None, merged: bool = True) -> dict:
+    """``{"dynamic": bytes, "static": bytes}`` of shared memory one block of ``func``'s kernel uses when compiled
+    for ``target``: ``dynamic`` is the ``shared.dyn`` allocation (tiles; the launch's dynamic shared memory),
+    ``static`` the ``__shared__`` arrays (e.g. mbarriers, reduction workspaces).
 
-    ``merged=False`` skips TVM's passes and returns the plain sum of the shared buffers after tilex's tile passes
+    ``merged=False`` skips TVM's passes and adds up the shared buffers right after tilex's tile passes
     (multi-buffered pipeline stages included). Raises what lowering raises (``TileOpError``,
     ``LayoutConflictError``, ...) for a program that does not build.
     """
@@ -102,8 +104,15 @@ def shared_memory_bytes(func, target="auto", pass_configs=None, merged: bool = T
             mod = tvm.transform.Sequential(passes[: cut[0] + 1])(lowered)
         return _sum_shared(mod)
     except Exception as e:  # noqa: BLE001 - an estimate is still useful
-        logger.debug("shared_memory_bytes: TVM passes failed (%s); using the sum of the shared buffers", e)
+        logger.debug("shared_memory_usage: TVM passes failed (%s); using the sum of the shared buffers", e)
         return _sum_shared(lowered)
+
+
+def shared_memory_bytes(func, target="auto", pass_configs=None, merged: bool = True) -> int:
+    """Bytes of shared memory (dynamic + static) one block of ``func``'s kernel uses when compiled for
+    ``target`` (see :func:`shared_memory_usage`)."""
+    u = shared_memory_usage(func, target, pass_configs, merged)
+    return u["dynamic"] + u["static"]
 
 
 def arch_shared_memory_limit(arch: str) -> int | None:

@@ -307,7 +307,8 @@ def _error_text(exc: BaseException) -> str:
 # building one configuration (used by worker processes and by the thread mode)
 # --------------------------------------------------------------------------------------------------
 def _build_kernel(func, out_idx, target, pass_configs, smem_limit) -> tuple[dict, Any]:
-    """Shared-memory check, then ``tilex.compile``. Returns ``(info, kernel or None)``."""
+    """Shared-memory check (``smem_limit``: (bytes or None, where the limit comes from)), then
+    ``tilex.compile``. Returns ``(info, kernel or None)``."""
     import tilex
 
     from .smem import shared_memory_bytes
@@ -323,9 +324,10 @@ def _build_kernel(func, out_idx, target, pass_configs, smem_limit) -> tuple[dict
             if isinstance(e, (TileOpError, LayoutConflictError)):
                 raise
             logger.debug("shared memory estimate failed: %s", e)
-        if smem_limit is not None and info["smem"] is not None and info["smem"] > smem_limit:
+        if smem_limit[0] is not None and info["smem"] is not None and info["smem"] > smem_limit[0]:
+            limit, source = smem_limit
             info.update(status=SMEM, reason=f"needs {info['smem']} bytes of shared memory per block; the device "
-                                            f"allows {smem_limit} (shared_memory_per_block_optin)")
+                                            f"allows {limit} ({source})")
             return _timed(info, t0), None
         kernel = tilex.compile(func, out_idx=out_idx, target=target, pass_configs=pass_configs)
         return _timed(info, t0), kernel
@@ -394,7 +396,8 @@ def _bar(enabled: bool, total: int, desc: str):
         from tqdm.auto import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, desc=desc, unit="cfg", leave=False)
+    # disable=None: no bar when stderr is not a terminal (logs, CI)
+    return tqdm(total=total, desc=desc, unit="cfg", leave=False, disable=None)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -429,6 +432,17 @@ def _cuda_available() -> bool:
     from tilex import env
 
     return env.cuda_available()
+
+
+def _device_name() -> str:
+    """The current GPU's name (part of the autotune cache key), "no GPU" without one."""
+    from tilex import env
+
+    if not env.cuda_available():
+        return "no GPU"
+    import torch
+
+    return str(torch.cuda.get_device_name(torch.cuda.current_device()))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -652,7 +666,7 @@ class AutoTuner:
         fixed = {k: given[k] for k in keys if k in given}
         eff, calls, seen = [], [], set()
         for c in configs:
-            e = {**c, **fixed}
+            e = {**c, **fixed} if fixed else c
             try:
                 tag = json.dumps(_acache.stable_repr(e), sort_keys=True)
             except _acache.UnstableKeyError:
@@ -676,21 +690,24 @@ class AutoTuner:
             spec = str(target)
         return _Job(self.factory, args, kwargs, eff, calls, target, spec, self.out_idx, self.pass_configs)
 
-    def _smem_limit(self, job) -> int | None:
+    def _smem_limit(self, job) -> tuple[int | None, str]:
+        """(bytes of shared memory a block may use, where that number comes from)."""
+        from tilex import env
+
         from . import smem
 
         if self.max_shared_memory is not None:
-            return int(self.max_shared_memory)
+            return int(self.max_shared_memory), "max_shared_memory"
         if _cuda_available():
             lim = smem.device_shared_memory_limit()
             if lim:
-                return lim
+                return lim, "shared_memory_per_block_optin"
         try:
-            from tilex import env
-
-            return smem.arch_shared_memory_limit(env.target_arch(job.target))
+            arch = env.target_arch(job.target)
+            lim = smem.arch_shared_memory_limit(arch)
+            return lim, f"the {arch} limit"
         except Exception:  # noqa: BLE001
-            return None
+            return None, ""
 
     # -- cache key
     def _cache_payload(self, job) -> dict:
@@ -709,12 +726,6 @@ class AutoTuner:
             src = hashlib.sha256(inspect.getsource(self.factory).encode()).hexdigest()
         except (OSError, TypeError):
             src = None
-        if _cuda_available():
-            import torch
-
-            device = torch.cuda.get_device_name(torch.cuda.current_device())
-        else:
-            device = "no GPU"
         return {
             "format": _acache.FORMAT_VERSION,
             "factory": f"{getattr(self.factory, '__module__', '?')}.{getattr(self.factory, '__qualname__', '?')}",
@@ -726,7 +737,7 @@ class AutoTuner:
             "out_idx": job.out_idx,
             "target": str(job.target),
             "pass_configs": job.pass_configs or {},
-            "device": device,
+            "device": _device_name(),
             "tilex": tilex.__version__,
             "tvm": tvm.__version__,
         }
@@ -858,8 +869,11 @@ class AutoTuner:
                 try:
                     if first:
                         first = False
-                        try:  # a worker that cannot even start (e.g. an unguarded __main__) breaks the pool here
-                            ex.submit(_worker_ping).result()
+                        # start every worker first (so that `timeout` does not count their start-up); a worker that
+                        # cannot start at all (e.g. an unguarded __main__) breaks the pool here
+                        try:
+                            for f in [ex.submit(_worker_ping) for _ in range(min(pool_size, len(todo)))]:
+                                f.result()
                         except cf.process.BrokenProcessPool:
                             _terminate_pool(ex)
                             return False

@@ -20,6 +20,7 @@ from tilex.transform.frontend_canonicalize import canonicalize
 from tilex.transform.inject_pipeline import inject_pipeline
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
+from tilex.transform.warp_specialize import NamedBarriers, warp_specialize
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 
 PIPELINE_NAME = "tilex"
@@ -31,7 +32,7 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     func = canonicalize(func)
     func = inject_pipeline(func, target)
     func = layout_inference(func, target)
-    return thread_block_swizzle(lower_tile_ops(func, target))  # after lowering: bounds proofs see grid ranges
+    return thread_block_swizzle(warp_specialize(lower_tile_ops(func, target)))  # after lowering: bounds proofs see grid ranges
 
 
 def tvm_passes(config):
@@ -52,6 +53,7 @@ def tvm_passes(config):
         s_tir.transform.MergeSharedMemoryAllocations(),
         s_tir.transform.ThreadSync("shared"),
         s_tir.transform.ThreadSync("shared.dyn"),
+        NamedBarriers,  # warp-specialized kernels: consumer-only barriers
         tirx.transform.SplitHostDevice(),
         tirx.transform.MakePackedAPI(),
         tirx.transform.FP8StorageLegalize(),

@@ -150,8 +150,18 @@ def add_common_include(code: str) -> str:
     return f'#include "{COMMON_HEADER}"\n' + code
 
 
+def cap_registers_for_setmaxnreg(code: str) -> str:
+    """Warp-specialized kernels rebalance registers with setmaxnreg, which ptxas honours only when the kernel has
+    a register cap at entry: give their launch bounds a minimum of one block per multiprocessor."""
+    if "tilex::reg_alloc" not in code:
+        return code
+    import re
+
+    return re.sub(r"__launch_bounds__\((\d+)\)", r"__launch_bounds__(\1, 1)", code)
+
+
 def _cuda_postproc_hook(code, *_unused):
-    return add_common_include(str(code))
+    return cap_registers_for_setmaxnreg(add_common_include(str(code)))
 
 
 _registered = False

@@ -74,7 +74,22 @@ class LowerContext:
     remap: dict  # logical buffer -> physical (flattened / per-thread) buffer
     arch: int = 80
     lane_vars: list = field(default_factory=list)  # vector-lane loop vars created by the partitioner
-    async_mma: bool = False  # inside a pipelined loop whose wgmma may stay in flight across iterations
+    async_mma: int = 0  # 1: inside a pipelined loop whose wgmma may stay in flight; 2: warp-specialized consumer
+    host_init: list = field(default_factory=list)  # host statements (tensor maps) to run before the launch
+    tensor_maps: dict = field(default_factory=dict)
+
+    def tensor_map(self, buffer, box, swizzle_bytes):
+        """The (host-encoded) TMA tensor map of a 2-d global buffer for a (cols, rows) box."""
+        key = (buffer, tuple(box), swizzle_bytes)
+        if key not in self.tensor_maps:
+            from tvm.script import tirx as _T
+
+            from tilex.op.tma_load import encode_tensor_map
+
+            tmap = tirx.Var(f"{buffer.name}_tmap{len(self.tensor_maps)}", _T.handle("tensormap").ty)
+            self.host_init.extend(encode_tensor_map(tmap, buffer, box, swizzle_bytes))
+            self.tensor_maps[key] = tmap
+        return self.tensor_maps[key]
 
     def layout(self, buffer):
         return self.layout_map.get(buffer)

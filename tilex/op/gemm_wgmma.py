@@ -134,7 +134,7 @@ def lower(op, ctx, p: WgmmaPlan):
         # in flight and wait for the previous one only; with several warpgroups, a barrier makes sure every
         # warpgroup finished reading the stage the pipeline refills next
         tail = [_ext("tilex::wgmma_commit"), _ext("tilex::wgmma_wait<1>")]
-        if ctx.threads > 128:
+        if ctx.threads > 128 and ctx.async_mma == 1:  # (warp-specialized loops release stages per warp instead)
             tail.append(sync)
         return [_ext("tilex::wgmma_fence"), body] + tail
     # smem written by st.shared / cp.async must be fenced into the async proxy before the barrier wgmma waits on

@@ -97,10 +97,11 @@ def _make_async(stmt):
 
 
 class _Pipeliner:
-    def __init__(self, allocs, threads=None, target=None):
+    def __init__(self, allocs, threads=None, target=None, thread_var=None, top_level=()):
         self.allocs = allocs  # buffers allocated in enclosing scopes -> their (replaceable) AllocBuffer
         self.multi = {}  # old shared buffer -> multi-buffered buffer
-        self.threads, self.target = threads, target
+        self.threads, self.target, self.thread_var = threads, target, thread_var
+        self.top_level = set(top_level)  # loops directly in the kernel's statement list
 
     def _async_consumer(self, consumers):
         """Whether a consumer is a T.gemm that will run on wgmma (asynchronously, see gemm_wgmma.py)."""
@@ -134,15 +135,83 @@ class _Pipeliner:
             return None  # consumers write a produced buffer: multi-buffering would change the program
         return stages, producers, consumers, produced
 
-    def rewrite(self, loop, plan):
+    def _ws_ok(self, loop, producers, consumers):
+        """Warp specialization applies to a top-level pipelined loop that feeds wgmma from TMA-able copies."""
+        from tilex import config
+        from tilex.op.tma_load import tma_eligible
+
+        if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
+            return False
+        if self.threads is None or loop not in self.top_level or not self._async_consumer(consumers):
+            return False
+        if self.threads % 128 or self.threads + 128 > 1024:
+            return False
+        return all(tma_eligible(op.src, op.dst) for _, op in producers)
+
+    def rewrite_ws(self, loop, plan):
+        """Producer warpgroup (TMA + mbarriers) / consumer warpgroups (wgmma) version of `rewrite`."""
+        from tilex.op.tma_load import tma_box, tma_load_call
+
         stages, producers, consumers, produced = plan
-        k = loop.loop_var
-        n = loop.extent
+        k, n = loop.loop_var, loop.extent
+        bufmap = self._multi_buffer(produced, stages)
+        full = tirx.decl_buffer((stages,), "uint64", "tma_full", scope="shared")
+        empty = tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")
+        t = self.thread_var
+        s = tirx.floormod(k, stages)
+        it = tirx.floordiv(k, stages)
+        nbytes = 0
+        loads = []
+        for stmt, op in producers:
+            rows, cols, _, _ = tma_box(op.dst)
+            nbytes += rows * cols * tvm.DataType(str(op.dst.buffer.dtype)).bits // 8
+            dst = Region(bufmap[op.dst.buffer], [s, *op.dst.mins], [1, *op.dst.extents])
+            loads.append(tirx.Evaluate(tma_load_call(op.src, dst, tirx.BufferLoad(full, [s]))))
+
+        def ptr(buf, i):
+            return tirx.address_of(tirx.BufferLoad(buf, [i]))
+
+        def ext(name, *args):
+            return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+        producer = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq([
+            tirx.IfThenElse(k >= loop.min + stages, ext("tilex::mbar_wait", ptr(empty, s), tirx.floormod(it + 1, 2)),
+                            None),
+            ext("tilex::mbar_arrive_expect_tx", ptr(full, s), nbytes),
+            *loads]))
+        warps = self.threads // 32
+        compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 2,
+                                _retarget(_seq(consumers), bufmap, s))
+        release = tirx.IfThenElse(
+            tirx.And(k > loop.min, tirx.floormod(t, 32) == 0),
+            ext("tilex::mbar_arrive", ptr(empty, tirx.floormod(k - 1, stages))), None)
+        consumer = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq([
+            ext("tilex::mbar_wait", ptr(full, s), tirx.floormod(it, 2)), compute, release]))
+        i = tirx.Var("bar_i", "int32")
+        init = _seq([tirx.IfThenElse(t == 0, _seq([
+            tirx.For(i, 0, stages, tirx.ForKind.UNROLLED, _seq([ext("tilex::mbar_init", ptr(full, i), 1),
+                                                                 ext("tilex::mbar_init", ptr(empty, i), warps)])),
+            ext("tilex::mbar_init_fence")]), None)])
+        return _seq([tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
+                     tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
+                     tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, self.threads, producer),
+                     consumer, _extern("tilex::wgmma_wait<0>")])
+
+    def _multi_buffer(self, produced, stages):
         bufmap = {}
         for b in produced:
             if b not in self.multi:
                 self.multi[b] = tirx.decl_buffer((stages, *b.shape), b.dtype, b.name, scope=b.scope())
             bufmap[b] = self.multi[b]
+        return bufmap
+
+    def rewrite(self, loop, plan):
+        stages, producers, consumers, produced = plan
+        if self._ws_ok(loop, producers, consumers):
+            return self.rewrite_ws(loop, plan)
+        k = loop.loop_var
+        n = loop.extent
+        bufmap = self._multi_buffer(produced, stages)
         analyzer = tvm.sym.Analyzer()
 
         def issue(it):
@@ -180,7 +249,9 @@ class _Pipeliner:
         return _seq(prologue + [new_loop] + tail + [_extern("tilex::cp_async_wait<0>")])
 
 
-ASYNC_MMA_SCOPE = "tilex.async_mma"
+ASYNC_MMA_SCOPE = "tilex.async_mma"  # value 1: cp.async pipeline, 2: warp-specialized consumer
+WS_INIT = "tilex.ws_init"  # barrier initialization, hoisted before the role split
+WS_PRODUCER = "tilex.ws_producer"  # the producer loop; value = number of consumer threads
 
 
 def _strip(loop):
@@ -197,7 +268,8 @@ def inject_pipeline(func, target=None):
         allocs[n.buffer] = n
 
     walk(func.body, (tirx.AllocBuffer, on_alloc))
-    p = _Pipeliner(allocs, info.threads if info is not None else None, target)
+    p = _Pipeliner(allocs, info.threads if info is not None else None, target,
+                   info.thread_var if info is not None else None, _top_level_loops(func.body))
     outside_use = {}
 
     def on_for(node, m):
@@ -225,6 +297,15 @@ def inject_pipeline(func, target=None):
     body = map_nodes(body, (tirx.AllocBuffer, lambda n: tirx.AllocBuffer(p.multi[n.buffer])
                                          if n.buffer in p.multi else n))
     return func.with_body(body)
+
+
+def _top_level_loops(body):
+    """For loops that are direct children of the innermost launch scope's statement list."""
+    node = body
+    while isinstance(node, tirx.AttrStmt):
+        node = node.body
+    items = list(node.seq) if isinstance(node, tirx.SeqStmt) else [node]
+    return [s for s in items if isinstance(s, tirx.For)]
 
 
 def _strip_all(node, m):

@@ -84,11 +84,11 @@ def lower_tile_ops(func, target=None):
         if node.attr_key != ASYNC_MMA_SCOPE:
             body = m.mutate(node.body)
             return node if body.same_as(node.body) else tirx.AttrStmt(node.node, node.attr_key, node.value, body)
-        ctx.async_mma = True
+        ctx.async_mma = int(node.value.value)
         try:
             return m.mutate(node.body)
         finally:
-            ctx.async_mma = False
+            ctx.async_mma = 0
 
     def on_if(node, m):
         # facts guarded by the condition (e.g. k + S - 1 < n in a pipeline) let guards inside fold away
@@ -106,6 +106,9 @@ def lower_tile_ops(func, target=None):
     from tilex.op.atomic import expose_shared_atomics
 
     body = expose_shared_atomics(body)
+    if ctx.host_init:
+        # tensor maps are encoded by the host part of the function, before the kernel launch
+        body = tirx.SeqStmt(ctx.host_init + [body])
     func = func.with_body(body).without_attr(LAYOUT_MAP_ATTR)
     return func
 

@@ -168,6 +168,37 @@ def make_gmem_desc_copy(M: int = 256, K: int = 128):
     return gmem_desc_copy
 
 
+def make_param_map_copy(M: int = 256, K: int = 128):
+    """Variant C: the map is a PrimFunc *parameter* of type TensorMap (``T.handle("tensormap")``).
+    The kernel still gets it as ``const __grid_constant__ CUtensorMap``; the caller passes the address of a
+    128-byte host copy as an opaque pointer (``ctypes.c_void_p``), e.g. built once with cuda.bindings."""
+
+    @T.prim_func
+    def param_map_copy(tmap: T.handle("tensormap"), B: T.Buffer((M, K), "float16")):
+        T.func_attr({"global_symbol": "param_map_copy", "tirx.is_scheduled": True})
+        bx = T.launch_thread("blockIdx.x", M // BOX)
+        by = T.launch_thread("blockIdx.y", K // BOX)
+        tx = T.launch_thread("threadIdx.x", THREADS)
+        S = T.alloc_buffer((BOX * BOX,), "float16", scope="shared.dyn", align=1024)
+        bar = T.alloc_buffer((1,), "uint64", scope="shared", align=8)
+        if tx == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), T.uint32(1))
+            T.ptx.fence.proxy.async_.shared__cta()
+        T.tvm_storage_sync("shared")
+        if tx == 0:
+            T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar.ptr_to([0]), T.uint32(TILE_BYTES))
+            T.evaluate(T.ptx[TMA_G2S](S.ptr_to([0]), T.address_of(tmap), by * BOX, bx * BOX,
+                                      bar.ptr_to([0])))
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        for i in range(BOX * BOX // 8 // THREADS):
+            for v in T.vectorized(8):
+                r = T.meta_var((i * THREADS + tx) // 8)
+                j = T.meta_var(tx % 8)
+                B[bx * BOX + r, by * BOX + j * 8 + v] = S[r * BOX + (j ^ (r % 8)) * 8 + v]
+
+    return param_map_copy
+
+
 def make_plain_copy(M: int = 256, K: int = 128):
     """Baseline without TMA/descriptor: same grid, 16-byte vector copies."""
 
@@ -195,7 +226,15 @@ def cuda_source(ex) -> str:
     return ex.mod.imports[0].inspect_source()
 
 
-def encode_desc_cuda_bindings(A):
+def encode_desc_host(A):
+    """Variant C's map: 128 bytes in a CPU uint8 tensor (64-B aligned), plus the ctypes pointer to pass."""
+    import ctypes
+    host = encode_desc_cuda_bindings(A, device="cpu")
+    assert host.data_ptr() % 64 == 0
+    return host, ctypes.c_void_p(host.data_ptr())
+
+
+def encode_desc_cuda_bindings(A, device=None):
     """Variant B's descriptor: cuTensorMapEncodeTiled from cuda-python, returned as a (128,) uint8 tensor
     on A's device."""
     import torch
@@ -213,7 +252,8 @@ def encode_desc_cuda_bindings(A):
     assert err == cu.CUresult.CUDA_SUCCESS, err
     words = [int(w) for w in tmap.opaque]                        # 16 x uint64
     raw = b"".join(w.to_bytes(8, "little") for w in words)
-    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(A.device)
+    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    return t.to(A.device if device is None else device, copy=True)
 
 
 # --------------------------------------------------------------------------------------------- drivers
@@ -223,6 +263,7 @@ def cpu_check(outdir):
     for name, fn in [("tma_copy", make_tma_copy(256, 128)),
                      ("tma_copy_dyn", make_tma_copy(dynamic=True)),
                      ("gmem_desc_copy", make_gmem_desc_copy(256, 128)),
+                     ("param_map_copy", make_param_map_copy(256, 128)),
                      ("plain_copy", make_plain_copy(256, 128))]:
         ex = build(fn)
         src = cuda_source(ex)
@@ -389,6 +430,58 @@ def gpu_main(outdir):
     print("[gpu] SUMMARY", res, "ALL_OK" if all(res.values()) else "SOME_FAILED")
 
 
+def small_main(outdir):
+    """Small run for compute-sanitizer, plus: SASS check and torch current-stream pickup."""
+    import torch
+    torch.manual_seed(0)
+    ex = build(make_tma_copy(256, 128))
+    cubin = compile_hook(cuda_source(ex))
+    with open(os.path.join(outdir, "tma_copy.cubin"), "wb") as f:
+        f.write(cubin)
+    A = torch.randn(256, 128, device="cuda", dtype=torch.float16)
+    B = torch.zeros_like(A)
+    ex["tma_copy"](A, B)
+    torch.cuda.synchronize()
+    print(f"[small] tma_copy 256x128 equal={torch.equal(A, B)}")
+    # variant C: map built once in Python, passed by pointer to host memory, lands in __grid_constant__
+    exc = build(make_param_map_copy(256, 128))
+    host, ptr = encode_desc_host(A)
+    B.zero_()
+    exc["param_map_copy"](ptr, B)
+    torch.cuda.synchronize()
+    print(f"[small] variant C (map = PrimFunc param, host bytes via ctypes.c_void_p) equal={torch.equal(A, B)}")
+    if os.environ.get("TMA_PROTO_NO_STREAM_TEST") is None:   # timings: not under the sanitizer
+        a = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+        b = torch.empty_like(a)
+        fa = build(make_tma_copy(64, 64))["tma_copy"]
+        fc = build(make_param_map_copy(64, 64))["param_map_copy"]
+        _, p64 = encode_desc_host(a)
+        fp = build(make_plain_copy(64, 64))["plain_copy"]
+        for name, f, args in [("A tma_copy", fa, (a, b)), ("C param_map_copy", fc, (p64, b)),
+                              ("plain_copy", fp, (a, b))]:
+            us = sorted(per_call_us(f, args) for _ in range(5))[2]
+            print(f"[small]   {name:18s} {us:6.2f} us/call (median of 5 x 3000 calls)")
+        t0 = time.perf_counter()
+        for _ in range(300):
+            encode_desc_host(a)
+        print(f"[small] variant C encode (cuda.bindings, host only): "
+              f"{(time.perf_counter() - t0) / 300 * 1e6:.1f} us")
+    # Does the TVM-launched kernel run on torch's current stream?  Queue a ~100 ms sleep and a refill of A
+    # on a non-blocking side stream, then call the kernel inside `with torch.cuda.stream(s)`.  On the
+    # wrong stream it would read the old A.
+    if os.environ.get("TMA_PROTO_NO_STREAM_TEST") is None:
+        s = torch.cuda.Stream()
+        A2 = torch.randn_like(A)
+        B.zero_()
+        torch.cuda.synchronize()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(200_000_000)
+            A.copy_(A2)
+            ex["tma_copy"](A, B)
+        s.synchronize()
+        print(f"[small] ran on torch's current (side) stream: {torch.equal(B, A2)}")
+
+
 def main():
     outdir = os.environ.get("OUT") or "/tmp/tma_proto"
     os.makedirs(outdir, exist_ok=True)
@@ -400,6 +493,9 @@ def main():
         pass
     print(f"[tma_proto] tvm {tvm.__version__}, gpu={has_gpu}, nvcc via "
           f"{'tilex.jit.nvcc.compile_cuda' if _tilex_compile_cuda else 'plain nvcc'}")
+    if "--small" in sys.argv:
+        small_main(outdir)
+        return
     cpu_check(outdir)
     if has_gpu:
         gpu_main(outdir)

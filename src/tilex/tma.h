@@ -1,0 +1,80 @@
+// Hopper bulk tensor copies (TMA), mbarriers, register reallocation and named barriers for warp-specialized
+// pipelines.
+#pragma once
+#include <cstdint>
+
+#include "tilex/copy_async.h"
+
+namespace tilex {
+
+__device__ __forceinline__ void mbar_init(void* bar, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#endif
+}
+
+// Make barrier initialization visible to the async proxy (TMA) and to the other threads after the next barrier.
+__device__ __forceinline__ void mbar_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive_expect_tx(void* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(void* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+#endif
+}
+
+// Block until the barrier phase with the given parity has completed.
+__device__ __forceinline__ void mbar_wait(void* bar, int parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "TILEX_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra.uni TILEX_WAIT;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
+// 2-d tensor-map load of one box into shared memory, completing `bytes` on the barrier.
+__device__ __forceinline__ void tma_load_2d(void* smem, uint64_t tensor_map, void* bar, int c0, int c1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::
+          "r"(smem_addr(smem)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void reg_alloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void reg_dealloc() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
+// Barrier among the first `nthreads` threads only (barrier 1; barrier 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier_sync(int nthreads) {
+  asm volatile("bar.sync 1, %0;\n" ::"r"(nthreads) : "memory");
+}
+
+}  // namespace tilex

@@ -1,0 +1,35 @@
+"""Kernel factories for the autotuner tests (an importable module, so that worker processes find them)."""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+
+import tilex.language as T  # noqa: E402
+from gemm_kernels import matmul  # noqa: E402,F401  (re-exported)
+
+#: changes the program `scale` builds (to test that the autotune cache key follows the program text)
+VARIANT = 2.0
+
+
+def gemm(M, N, K, bm=128, bn=128, bk=64, num_stages=3, threads=128, delay=0.0, crash=False):
+    """examples/gemm_kernels.matmul with two test knobs: ``delay`` (sleep first) and ``crash`` (kill the
+    process building it)."""
+    if crash:
+        os._exit(3)
+    if delay:
+        time.sleep(delay)
+    return matmul(M, N, K, bm, bn, bk, num_stages, threads)
+
+
+def scale(N, block=256, threads=128):
+    """B = A * VARIANT, one block of `block` elements per CTA."""
+    factor = VARIANT
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
+            for i in T.Parallel(block):
+                B[bx * block + i] = A[bx * block + i] * factor
+
+    return main

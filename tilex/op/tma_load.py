@@ -1,0 +1,106 @@
+"""`tilex.tma_load`: one stage of a global->shared tile copy done by the Tensor Memory Accelerator (sm90).
+
+Created by the software-pipelining pass for warp-specialized loops (users keep writing ``T.copy``). The shared
+tile must carry a wgmma operand layout (`tilex.layout.wgmma`): each swizzle plane of it is one TMA box (E columns
+by all rows, E = one swizzle row), loaded with the matching hardware swizzle, so data lands exactly where the
+layout says. Out-of-bounds parts of a box read as zero. The tensor map is encoded by the host code before launch.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from tilex.op.base import TileOp, TileOpError, is_global, is_shared
+from tilex.op.region import READ, WRITE, Region
+from tilex.op.registry import register_tile_op
+
+_SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle
+
+
+def tma_load_call(src: Region, dst: Region, barrier):
+    return tirx.call_intrin("handle", "tilex.tma_load", src.to_call(READ), dst.to_call(WRITE), barrier)
+
+
+def tma_box(dst: Region):
+    """(rows, cols, swizzle bytes, elements per plane) of the shared tile a tma_load fills."""
+    from tilex.layout.wgmma import wgmma_swizzle_bytes
+
+    rows, cols = (int(e) for e in dst.extents[-2:])
+    bits = tvm.DataType(str(dst.buffer.dtype)).bits
+    s = wgmma_swizzle_bytes(rows, cols, bits)
+    if s == 0:
+        raise TileOpError(f"tma_load: a ({rows}, {cols}) tile has no TMA/wgmma swizzle")
+    return rows, cols, s, s * 8 // bits
+
+
+def tma_eligible(src: Region, dst: Region):
+    """Whether a global->shared tile copy can be a TMA load (static 2-d contiguous global tensor, 16-bit data,
+    16-byte aligned rows, a box that fits the hardware limits)."""
+    gb = src.buffer
+    if not (is_global(gb) and is_shared(dst.buffer)) or len(gb.shape) != 2 or str(gb.dtype) != str(dst.buffer.dtype):
+        return False
+    if tvm.DataType(str(gb.dtype)).bits != 16 or any(not isinstance(s, tirx.IntImm) for s in gb.shape):
+        return False
+    if int(gb.shape[1]) * 2 % 16:
+        return False
+    if gb.strides is not None and len(gb.strides) > 0:
+        return False
+    try:
+        rows, cols, s, e = tma_box(dst)
+    except TileOpError:
+        return False
+    src_ext = [int(x) for x in src.extents if int(x) != 1]
+    return rows <= 256 and e <= 256 and cols % e == 0 and src_ext == [rows, cols]
+
+
+@register_tile_op("tilex.tma_load")
+class TmaLoadOp(TileOp):
+    def __init__(self, src: Region, dst: Region, barrier):
+        self.src, self.dst, self.barrier = src, dst, barrier
+
+    @classmethod
+    def from_call(cls, call):
+        return cls(Region.from_call(call.args[0]), Region.from_call(call.args[1]), call.args[2])
+
+    def buffers(self):
+        return [self.src.buffer, self.dst.buffer]
+
+    def describe(self):
+        return f"tma_load({self.src} -> {self.dst})"
+
+    def lower(self, ctx):
+        from tilex.layout.wgmma import make_wgmma_operand_layout
+
+        rows, cols, swz, elems = tma_box(self.dst)
+        buf = self.dst.buffer
+        want = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
+        if len(buf.shape) > 2:
+            want = want.expand([int(s) for s in buf.shape[:-2]])
+        have = ctx.layout_map.get(buf)
+        if have is None or not have.is_equal(want):
+            raise TileOpError(f"{self.describe()}: the shared tile '{buf.name}' must have the wgmma swizzle layout "
+                              f"for a TMA load, it has {have}")
+        g = self.src.buffer
+        tmap = ctx.tensor_map(g, (elems, rows), swz)
+        row0, col0 = self.src.mins[-2], self.src.mins[-1]
+        bar = tirx.address_of(ctx.load(self.barrier.source, list(self.barrier.indices)))
+        out = []
+        for p in range(cols // elems):
+            idx = list(self.dst.mins[:-2]) + [self.dst.mins[-2], self.dst.mins[-1] + p * elems]
+            phys, off = ctx.physical_index(buf, idx)
+            dst_ptr = tirx.address_of(tirx.BufferLoad(phys, off))
+            out.append(tirx.Evaluate(tirx.call_extern("void", "tilex::tma_load_2d", dst_ptr, tirx.address_of(tmap),
+                                                      bar, col0 + p * elems, row0)))
+        return out[0] if len(out) == 1 else tirx.SeqStmt(out)
+
+
+def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
+    """Host statements that bind `tmap` and encode it for `buffer` (2-d, row-major) with a (cols, rows) box."""
+    from tvm.tirx import op
+
+    rows, cols = (int(s) for s in buffer.shape)
+    bytes_per = tvm.DataType(str(buffer.dtype)).bits // 8
+    return [tirx.Bind(tmap, op.tvm_stack_alloca("tensormap", 1)),
+            tirx.Evaluate(op.tensormap_encode_tiled(
+                tmap, buffer.data, cols, rows, cols * bytes_per, box[0], box[1], 1, 1,
+                descriptor_dtype=str(buffer.dtype), rank=2, swizzle=_SWIZZLE_ENUM[swizzle_bytes]))]
