@@ -77,17 +77,23 @@ def test_shared_memory_limit_on_device():
 
 
 def test_supply_and_skip_check():
-    seen = []
+    seen, ref_calls = [], []
 
     def supply(params):
         seen.append([(p.name, p.dtype, tuple(p.shape)) for p in params])
         return [torch.ones(tuple(p.shape), dtype=p.torch_dtype, device="cuda") for p in params]
 
+    def wrong_ref(A, B):  # only timed (for ref_latency), never compared with skip_check
+        ref_calls.append(1)
+        return torch.zeros(A.shape[0], B.shape[1], dtype=A.dtype, device=A.device)
+
     t = at.AutoTuner(tune_kernels.matmul, CONFIGS[2:3], out_idx=[2], warmup=1, rep=5, cache=False, supply=supply,
-                     skip_check=True, ref_prog=lambda A, B: pytest.fail("ref_prog called with skip_check"))
+                     skip_check=True, ref_prog=wrong_ref)
     res = t.run(256, 128, 64)
     assert seen == [[("A", "float16", (256, 64)), ("B", "float16", (64, 128))]]
-    assert res.best.status == at.OK and res.best.max_error is None
+    assert res.best.status == at.OK and res.best.max_error is None and res.ref_latency > 0 and ref_calls
+    torch.testing.assert_close(res.kernel(*supply(res.kernel.params[:2])),
+                               torch.full((256, 128), 64.0, dtype=torch.float16, device="cuda"))
 
 
 def test_default_supply():

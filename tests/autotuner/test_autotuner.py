@@ -384,3 +384,100 @@ def test_unguarded_script_falls_back_to_threads(tmp_path):
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
     assert lines == ["RESULT thread ['compiled'] True"], out.stdout + out.stderr[-3000:]
+
+
+# ------------------------------------------------------------------------------------------------
+# the benchmark phase's logic, with stand-ins for the GPU (the real thing is in test_autotune_gpu.py)
+# ------------------------------------------------------------------------------------------------
+class _FakeKernel:
+    """Acts like a JITKernel for benchmark(): ``params`` and a call computing on CPU tensors."""
+    clock = {"latency": None}
+
+    def __init__(self, latency, fn):
+        from tilex.jit import ParamSpec
+
+        self.params = [ParamSpec(0, "A", "buffer", "float32", torch.float32, (8,), None, False, None),
+                       ParamSpec(1, "B", "buffer", "float32", torch.float32, (8,), None, True, None)]
+        self.latency_ms, self.fn = latency, fn
+
+    def __call__(self, a):
+        _FakeKernel.clock["latency"] = self.latency_ms
+        return self.fn(a)
+
+
+def _fake_gpu(monkeypatch):
+    import tilex.autotuner.bench as bench
+
+    def fake_do_bench(fn, warmup=25, rep=100, **kw):
+        fn()
+        return _FakeKernel.clock["latency"]
+
+    monkeypatch.setattr(tuner_mod, "_cuda_available", lambda: True)
+    monkeypatch.setattr(tuner_mod, "_device_name", lambda: "fake GPU")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(bench, "do_bench", fake_do_bench)
+
+
+def test_benchmark_phase_logic(monkeypatch):
+    _fake_gpu(monkeypatch)
+    supplied = []
+
+    def supply(params):
+        supplied.append([p.name for p in params])
+        return [torch.arange(8, dtype=torch.float32)]
+
+    def ref(a):
+        _FakeKernel.clock["latency"] = 5.0
+        return a * 2
+
+    def boom(a):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    configs = [dict(block=128), dict(block=256), dict(block=512), dict(block=1024)]
+    t = at.AutoTuner(tune_kernels.scale, configs, out_idx=[1], target="sm_90a", ref_prog=ref, supply=supply,
+                     progress=False)
+    kernels = [_FakeKernel(2.0, lambda a: a * 2), _FakeKernel(1.0, lambda a: a * 2),
+               _FakeKernel(0.5, lambda a: a * 2 + 0.25), _FakeKernel(0.1, boom)]
+    job = t._bind((1024,), {})
+
+    def fake_compile(self, job):
+        res = [tuner_mod.ConfigResult(i, c, at.COMPILED, kernel=k) for i, (c, k) in
+               enumerate(zip(job.configs, kernels))]
+        return tuner_mod.CompileReport(job, res, "thread", "test")
+
+    monkeypatch.setattr(tuner_mod.AutoTuner, "_compile_job", fake_compile)
+    res = t.benchmark(fake_compile(t, job))
+    assert [r.status for r in res.results] == [at.OK, at.OK, at.WRONG, at.RUNTIME_ERROR]
+    assert res.best.index == 1 and res.latency == 1.0 and res.ref_latency == 5.0 and res.kernel is kernels[1]
+    assert kernels[1].config == dict(block=256) and kernels[1].latency == 1.0
+    assert res.results[2].max_error == pytest.approx(0.25) and "max abs error 0.25" in res.results[2].reason
+    assert res.results[3].reason == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    assert supplied == [["A"]]  # cache_input_tensors: one set of inputs for every configuration
+    assert "*  1" in res.table()
+
+    # run(): tunes, then stores the best; a second run loads it (compiling only config #1 for real)
+    first = t.run(1024)
+    assert not first.from_cache and first.config == dict(block=256) and os.path.isfile(first.cache_path)
+    with open(first.cache_path) as f:
+        entry = json.load(f)
+    assert entry["best_index"] == 1 and entry["payload"]["device"] == "fake GPU"
+    assert [r["status"] for r in entry["results"]] == [at.OK, at.OK, at.WRONG, at.RUNTIME_ERROR]
+    second = t.run(1024)
+    assert second.from_cache and second.config is configs[1] and second.latency == 1.0
+    assert isinstance(second.kernel, tilex.JITKernel) and second.kernel.config == dict(block=256)
+
+    # without input caching every configuration gets fresh inputs
+    supplied.clear()
+    t.set_profile_args(ref_prog=ref, supply=supply, cache_input_tensors=False)
+    t.benchmark(fake_compile(t, job))
+    assert len(supplied) == 4
+
+    # nothing works: the error carries the table
+    t.set_profile_args(ref_prog=lambda a: a * 3, supply=supply)
+    with pytest.raises(at.AutotuneError, match="no configuration worked") as ei:
+        t.benchmark(fake_compile(t, job))
+    assert "wrong result" in str(ei.value) and "illegal memory access" in str(ei.value)
+    # checking needs the kernel to return its outputs
+    t.set_compile_args(out_idx=None, target="sm_90a")
+    with pytest.raises(at.AutotuneError, match="needs out_idx"):
+        t.benchmark(fake_compile(t, t._bind((1024,), {})))

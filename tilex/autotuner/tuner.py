@@ -299,8 +299,9 @@ def _reason_of(exc: BaseException) -> str:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = "".join(traceback.format_exception_only(type(exc), exc))
-    return text[:8000]
+    """The full error with its traceback (the last 8000 characters)."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text[-8000:]
 
 
 # --------------------------------------------------------------------------------------------------
