@@ -91,7 +91,7 @@ def test_warp_specialized_loop_has_producer_consumer_split_and_barrier_pairs():
     assert script.count('T.alloc_shared((4,), "uint64")') == 2  # a full and an empty barrier per stage
     assert script.count("tilex::mbar_init\"") == 2 and "tilex::mbar_arrive_expect_tx" in script
     assert script.count("tilex::tma_load_2d") == 1 + 4  # A: one 64-wide plane; B: four planes of 64 columns
-    assert "tilex::mbar_wait" in script and "tilex::mbar_arrive(" in script
+    assert "tilex::mbar_wait" in script and "tilex::mbar_arrive\"" in script
     assert "T.tensormap_encode_tiled" in script  # host-side tensor maps
     assert "cp_async" not in script
 
