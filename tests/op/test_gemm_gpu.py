@@ -63,3 +63,20 @@ def test_gemm_tile_configs(cfg):
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(kernel(a, b).float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5,
                                atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ws", [True, False])
+@pytest.mark.parametrize("swizzle", [0, 8])
+@pytest.mark.parametrize("cfg", [(128, 128, 64, 4, 256), (128, 256, 64, 4, 256), (256, 128, 64, 3, 256)])
+def test_gemm_multi_warpgroup_configs(cfg, swizzle, ws):
+    """Several warpgroups per block, with and without warp specialization and block rasterization."""
+    bm, bn, bk, stages, threads = cfg
+    M, N, K = 1024, 1024, 1024
+    pc = None if ws else {"tilex.disable_warp_specialized": True}
+    kernel = tilex.compile(matmul(M, N, K, bm, bn, bk, stages, threads, swizzle=swizzle), out_idx=[2],
+                           pass_configs=pc)
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(kernel(a, b).float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5,
+                               atol=1e-2, rtol=1e-2)
