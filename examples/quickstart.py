@@ -15,7 +15,7 @@ import tilex  # noqa: E402
 
 
 def main(M=4096, N=4096, K=4096):
-    kernel = tilex.compile(matmul(M, N, K, bm=128, bn=128, bk=64, num_stages=3, threads=128), out_idx=[2])
+    kernel = tilex.compile(matmul(M, N, K, bm=128, bn=256, bk=64, num_stages=4, threads=256), out_idx=[2])
     if not torch.cuda.is_available():
         print(kernel.get_kernel_source())
         print("# no CUDA GPU here: printed the generated kernel instead of running it", file=sys.stderr)
