@@ -30,20 +30,23 @@ class _Captured:
     def __init__(self):
         self.error = None
 
-    def wrap(self, fn):
+    def wrap(self, fn, keep_node=True):
+        """`fn` that records its first exception instead of raising it into tvm_ffi; after an error (or on it)
+        it returns the node unchanged (maps) or None (walks, `keep_node=False`)."""
         # tvm_ffi looks at a callback's arity to decide what to pass: keep the wrapped function's
         import inspect
 
         nargs = len(inspect.signature(fn).parameters)
 
         def call(args):
+            fallback = args[0] if keep_node else None
             if self.error is not None:
-                return args[0]
+                return fallback
             try:
                 return fn(*args)
             except Exception as e:  # noqa: BLE001 - re-raised with its own type after the traversal
                 self.error = e
-                return args[0]
+                return fallback
 
         if nargs == 1:
             return lambda a: call((a,))
@@ -56,10 +59,10 @@ class _Captured:
             raise self.error
 
 
-def _entries(entries, cap):
+def _entries(entries, cap, keep_node=True):
     if isinstance(entries, tuple):
         entries = [entries]
-    return [(t, cap.wrap(f)) for t, f in entries]
+    return [(t, cap.wrap(f, keep_node)) for t, f in entries]
 
 
 def walk(root, entries, **kw):
@@ -67,20 +70,7 @@ def walk(root, entries, **kw):
     import tvm_ffi
 
     cap = _Captured()
-
-    def wrap_walk(fn):
-        def inner(node):
-            if cap.error is not None:
-                return None
-            try:
-                return fn(node)
-            except Exception as e:  # noqa: BLE001
-                cap.error = e
-                return None
-        return inner
-
-    ents = [entries] if isinstance(entries, tuple) else entries
-    tvm_ffi.structural_walk(root, [(t, wrap_walk(f)) for t, f in ents], **kw)
+    tvm_ffi.structural_walk(root, _entries(entries, cap, keep_node=False), **kw)
     cap.reraise()
 
 
