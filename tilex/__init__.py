@@ -12,4 +12,4 @@ from . import env  # noqa: E402
 from .jit import JITKernel, TilexCompileError, compile  # noqa: E402,A004
 from .autotuner import autotune, AutoTuner  # noqa: E402
 
-__all__ = ["__version__", "compile", "JITKernel", "TilexCompileError", "env"]
+__all__ = ["__version__", "compile", "JITKernel", "TilexCompileError", "env", "autotune", "AutoTuner"]

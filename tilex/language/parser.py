@@ -1,7 +1,6 @@
 """`T.prim_func`: parse a tile program with TVMScript, then canonicalize tilex's frontend markers."""
 from __future__ import annotations
 
-import tvm
 from tvm.script import tirx as _tvm_T
 
 

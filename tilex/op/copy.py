@@ -9,7 +9,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, dtype_of, lanes, map_nodes
+from tilex._tir import map_nodes
 
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
@@ -218,7 +218,6 @@ def _tile_index(buffer_shape, ix):
 
 
 def _strip_vector_loops(stmt):
-    import tvm_ffi
 
     from tilex.op.partition import substitute
 

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, dtype_of, lanes, map_nodes, walk
+from tilex._tir import BufferLoadNode, dtype_of, map_nodes, walk
 
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
@@ -202,7 +201,6 @@ def _owned(loop_frag, lay, idx, vars_, extents):
     """Whether, for every iteration, some replica of the accessed element lives in the iteration's thread."""
     import numpy as np
 
-    from tilex.op.partition import substitute
 
     grids = np.meshgrid(*[np.arange(e) for e in extents], indexing="ij")
     loop_t, _ = loop_frag.map_numpy(*grids)

@@ -24,7 +24,6 @@ def substitute(node, mapping):
     """Replace Vars in an expression or statement (mapping: Var -> PrimExpr)."""
     if not mapping:
         return node
-    import tvm_ffi
 
     def f(v):
         return mapping.get(v, v)

@@ -14,7 +14,7 @@ import tvm
 from tvm import tirx
 
 from tilex.op.base import InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_shared
-from tilex.op.partition import coalesced_plan, emit_by_fragment, static_shape, unflatten
+from tilex.op.partition import coalesced_plan, emit_by_fragment, static_shape
 from tilex.op.region import READ, READ_WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
 
@@ -154,7 +154,6 @@ class ReduceOp(TileOp):
             return tirx.BufferStore(acc, _combine(self.kind, tirx.BufferLoad(acc, [slot]), self._value(v)), [slot])
 
         stmts.append(emit_by_fragment(ctx, F, 1, make, name="red", bounds=self.s_shape))
-        t = ctx.thread_var
         # power-of-two fields inside a warp combine by xor shuffles; anything else goes through shared memory
         warp_terms = [(sc, e) for sc, e in rep_terms if sc * e <= 32 and _pow2(sc) and _pow2(e)]
         block_terms = [(sc, e) for sc, e in rep_terms if (sc, e) not in warp_terms]

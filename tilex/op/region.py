@@ -10,9 +10,8 @@ from dataclasses import dataclass
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, dtype_of, lanes
+from tilex._tir import BufferLoadNode
 
-from tilex._tir import BufferLoadNode, dtype_of, lanes
 from tvm.ir import Op
 
 from tilex.op.registry import register_intrinsic

@@ -7,7 +7,6 @@ markers removed.
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from tilex._tir import mutate

@@ -13,7 +13,6 @@ Loops whose shape does not fit this plan are left serial (still correct, not ove
 from __future__ import annotations
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from tilex._tir import BufferLoadNode, map_nodes, mutate, walk

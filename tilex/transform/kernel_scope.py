@@ -1,7 +1,6 @@
 """Finding the launch scope of a tile program: the threadIdx binding and the statements inside it."""
 from __future__ import annotations
 
-import tvm_ffi
 from tvm import tirx
 
 from tilex._tir import walk

@@ -117,7 +117,6 @@ def _take_annotations(body):
 def _annotate_loops(body, loop_layouts):
     if not loop_layouts:
         return body
-    import tvm_ffi
 
     def on_for(loop):
         lay = loop_layouts.get(loop)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import tvm
-import tvm_ffi
 from tvm import tirx
 
 from tilex._tir import BufferLoadNode, map_nodes, mutate, walk
