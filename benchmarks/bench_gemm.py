@@ -22,6 +22,32 @@ CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel)
 ]
 
 
+def _compile_one(job):
+    """Worker: compile one (shape, dtype, config) into the on-disk cache (the parent then loads it)."""
+    M, N, K, dtype, cfg = job
+    bm, bn, bk, st, th, sw = cfg
+    try:
+        tilex.compile(matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw), out_idx=[2])
+        return None
+    except Exception as e:  # noqa: BLE001 - the parent reports it when it compiles again
+        return str(e).splitlines()[0][:200]
+
+
+def precompile(jobs, workers):
+    """Fill tilex's kernel cache for every job with `workers` processes (nvcc dominates compile time)."""
+    import concurrent.futures as cf
+    import multiprocessing
+
+    if workers <= 1 or len(jobs) <= 1:
+        return
+    with cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+        list(ex.map(_compile_one, jobs))
+
+
+def parse_configs(text):
+    return [tuple(int(v) for v in c.split(",")) for c in text.split(";") if c.strip()]
+
+
 def bench(M, N, K, dtype, configs):
     tdt = getattr(torch, dtype)
     a = torch.randn(M, K, device="cuda", dtype=tdt)
@@ -59,7 +85,10 @@ def main():
     p.add_argument("--dtype", default="float16")
     p.add_argument("--shapes", default="4096x4096x4096,8192x8192x8192")
     p.add_argument("--all", action="store_true", help="the issue-4 shape list, fp16 and bf16")
+    p.add_argument("--configs", default=None, help="'bm,bn,bk,stages,threads,swizzle;...' instead of the default list")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile processes")
     args = p.parse_args()
+    configs = parse_configs(args.configs) if args.configs else CONFIGS
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
     shapes = args.shapes.split(",")
@@ -68,11 +97,12 @@ def main():
         shapes = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
                   "16x8192x8192"]
         dtypes = ["float16", "bfloat16"]
+    precompile([(*map(int, s.split("x")), dt, c) for dt in dtypes for s in shapes for c in configs], args.jobs)
     for dt in dtypes:
         for s in shapes:
             M, N, K = map(int, s.split("x"))
             print(f"{s} {dt}:")
-            t_torch, t_triton, best = bench(M, N, K, dt, CONFIGS)
+            t_torch, t_triton, best = bench(M, N, K, dt, configs)
             rows.append((s, dt, t_torch, t_triton, best[0] if best else None, best[1] if best else None))
     print("\nshape | dtype | cuBLAS ms | triton ms | tilex ms | cuBLAS/tilex | triton/tilex | best config")
     ratios = []

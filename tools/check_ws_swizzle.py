@@ -1,4 +1,4 @@
-"""Experiment: warp specialization forced on a rasterized GEMM, with a given producer/consumer register split."""
+"""Check: warp-specialized GEMMs with and without T.use_swizzle; prints which output tiles come out wrong."""
 import os
 import sys
 
@@ -7,19 +7,22 @@ import torch  # noqa: E402
 from gemm_kernels import matmul  # noqa: E402
 
 import tilex  # noqa: E402
-import tilex.transform.inject_pipeline as ip  # noqa: E402
-import tilex.transform.warp_specialize as ws  # noqa: E402
 
-ip._uses_swizzle = lambda body: False  # allow WS together with T.use_swizzle
-M = N = K = 4096
+M = N = K = int(os.environ.get("SIZE", 4096))
 a = torch.randn(M, K, device="cuda", dtype=torch.float16)
 b = torch.randn(K, N, device="cuda", dtype=torch.float16)
 ref = a.float() @ b.float()
-for prod, cons in [(40, 232), (56, 224), (0, 0)]:
-    ws.PRODUCER_REGS, ws.CONSUMER_REGS = prod, cons
-    if prod == 0:
-        ws._ext_orig = ws._ext
-        ws._ext = lambda name, *args: ws._ext_orig("tilex::wgmma_fence" if "reg_" in name else name, *args)
-    k = tilex.compile(matmul(M, N, K, 128, 128, 64, 4, 256, swizzle=8), out_idx=[2])
-    err = (k(a, b).float() - ref).abs().max().item()
-    print("regs", prod, cons, "max err", round(err, 3))
+for bm, bn, th, sw in [(128, 128, 256, 8), (128, 128, 256, 0), (128, 128, 128, 8), (128, 256, 256, 8), (64, 128, 128, 8)]:
+    k = tilex.compile(matmul(M, N, K, bm, bn, 64, 4, th, swizzle=sw), out_idx=[2])
+    for rep in range(2):
+        c = k(a, b)
+        torch.cuda.synchronize()
+        err = (c.float() - ref).abs()
+        bad = (err > 1.0).reshape(M // bm, bm, N // bn, bn).any(3).any(1)
+        print(f"cfg {bm}x{bn} t{th} sw{sw} rep{rep}: max err {err.max().item():.3f}, bad tiles {int(bad.sum())}"
+              f"/{bad.numel()}", "first:", bad.nonzero()[:6].tolist())
+        if bad.any():
+            ty, tx = bad.nonzero()[0].tolist()
+            e = (err[ty * bm:(ty + 1) * bm, tx * bn:(tx + 1) * bn] > 1.0)
+            print("   bad rows in tile:", e.any(1).nonzero().flatten()[:20].tolist(), "bad cols:",
+                  e.any(0).nonzero().flatten()[:20].tolist(), "count", int(e.sum()))

@@ -65,6 +65,10 @@ __device__ __forceinline__ void reg_alloc() {
 #endif
 }
 
+// Marker for the CUDA postprocessor (the minimum of the kernel's __launch_bounds__); emits nothing.
+template <int N>
+__device__ __forceinline__ void min_blocks_per_sm() {}
+
 template <int N>
 __device__ __forceinline__ void reg_dealloc() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

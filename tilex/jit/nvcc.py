@@ -152,12 +152,15 @@ def add_common_include(code: str) -> str:
 
 def cap_registers_for_setmaxnreg(code: str) -> str:
     """Warp-specialized kernels rebalance registers with setmaxnreg, which ptxas honours only when the kernel has
-    a register cap at entry: give their launch bounds a minimum of one block per multiprocessor."""
+    a register cap at entry: give their launch bounds the blocks-per-multiprocessor minimum WarpSpecialize
+    planned its register split for (its ``tilex::min_blocks_per_sm<N>`` marker; 1 without one)."""
     if "tilex::reg_alloc" not in code:
         return code
     import re
 
-    return re.sub(r"__launch_bounds__\((\d+)\)", r"__launch_bounds__(\1, 1)", code)
+    m = re.search(r"tilex::min_blocks_per_sm<(\d+)>", code)
+    blocks = m.group(1) if m else "1"
+    return re.sub(r"__launch_bounds__\((\d+)\)", rf"__launch_bounds__(\1, {blocks})", code)
 
 
 def _cuda_postproc_hook(code, *_unused):

@@ -101,7 +101,6 @@ class _Pipeliner:
         self.multi = {}  # old shared buffer -> multi-buffered buffer
         self.threads, self.target, self.thread_var = threads, target, thread_var
         self.top_level = set(top_level)  # loops directly in the kernel's statement list
-        self.rasterized = False  # the kernel uses T.use_swizzle
 
     def _async_consumer(self, consumers):
         """Whether a consumer is a T.gemm that will run on wgmma (asynchronously, see gemm_wgmma.py)."""
@@ -145,10 +144,6 @@ class _Pipeliner:
         if self.threads is None or loop not in self.top_level or not self._async_consumer(consumers):
             return False
         if self.threads % 128 or self.threads + 128 > 1024:
-            return False
-        if self.rasterized:
-            # KNOWN BUG: warp-specialized kernels combined with T.use_swizzle gave wrong results at 4096^3 on the
-            # H200 (tools/check_cfg.py); until it is understood they keep the cp.async pipeline, which is correct
             return False
         return all(tma_eligible(op.src, op.dst) for _, op in producers)
 
@@ -274,7 +269,6 @@ def inject_pipeline(func, target=None):
     walk(func.body, (tirx.AllocBuffer, on_alloc))
     p = _Pipeliner(allocs, info.threads if info is not None else None, target,
                    info.thread_var if info is not None else None, _top_level_loops(func.body))
-    p.rasterized = _uses_swizzle(func.body)
     outside_use = {}
 
     def on_for(node, m):
@@ -304,18 +298,6 @@ def inject_pipeline(func, target=None):
     return func.with_body(body)
 
 
-def _uses_swizzle(body):
-    from tilex.language.annotate import USE_SWIZZLE_OP
-
-    hits = []
-
-    def on_eval(node):
-        v = node.value
-        if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == USE_SWIZZLE_OP:
-            hits.append(v)
-
-    walk(body, (tirx.Evaluate, on_eval))
-    return bool(hits)
 
 
 def _top_level_loops(body):

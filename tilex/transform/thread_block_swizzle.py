@@ -18,7 +18,7 @@ Mapping, order "row" (hardware indices ``hx, hy`` of a ``gx x gy`` grid, ``P = p
     h     = min(P, gy - panel * P)       # rows in this panel (fewer in a last, partial panel)
     by    = panel * P + off % h          # down the panel's rows first ...
     c     = off // h                     # ... then across the columns,
-    bx    = c if panel is even else gx - 1 - c   # alternating direction from panel to panel
+    bx    = c + (panel % 2) * (gx - 1 - 2 * c)   # = c on even panels, gx - 1 - c on odd ones
 
 Panel ``p`` takes the launch indices ``[p * P * gx, p * P * gx + h * gx)`` and hands out each of its
 ``h x gx`` blocks once, so the mapping is a bijection of the grid. Order "column" exchanges the roles of x and y
@@ -67,7 +67,10 @@ def swizzled_block_index(hx, hy, gx, gy, panel_size, order="row"):
     height = tirx.min(p, major - panel * p)
     fast = panel * p + tirx.floormod(off, height)
     slow = tirx.floordiv(off, height)
-    slow = tirx.Select(tirx.floormod(panel, 2) == 1, minor_extent - 1 - slow, slow)
+    # serpentine: odd panels run backwards. Written as arithmetic rather than a select: nvcc turns a select here
+    # into two copies of the kernel tail, and ptxas (CUDA 13.0) then hoisted an accumulator read above the
+    # wgmma wait in one copy (wrong results measured on the H200)
+    slow = slow + tirx.floormod(panel, 2) * (minor_extent - 1 - slow * 2)
     return (slow, fast) if order == "row" else (fast, slow)
 
 

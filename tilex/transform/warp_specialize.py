@@ -19,7 +19,53 @@ from tilex.transform.inject_pipeline import WS_INIT, WS_PRODUCER
 from tilex.transform.kernel_scope import kernel_info
 
 WS_CONSUMER = "tilex.ws_consumer"
-PRODUCER_REGS, CONSUMER_REGS = 40, 232
+PRODUCER_REGS = 40
+REGS_PER_SM, SMEM_PER_SM = 65536, 232448  # sm90: register file and shared memory a multiprocessor offers
+SMEM_RESERVED_PER_BLOCK = 1024  # the driver keeps 1 KB of shared memory per resident block
+
+
+def _shared_bytes(allocs):
+    total = 0
+    for a in allocs:
+        buf = a.buffer
+        if buf.scope() in ("shared", "shared.dyn"):
+            n = 1
+            for e in buf.shape:
+                n *= int(e)
+            total += n * tvm.DataType(buf.dtype).bits // 8
+    return total
+
+
+def _local_words(allocs):
+    words = 0
+    for a in allocs:
+        buf = a.buffer
+        if buf.scope() == "local":
+            n = 1
+            for e in buf.shape:
+                n *= int(e)
+            words += (n * tvm.DataType(buf.dtype).bits + 31) // 32
+    return words
+
+
+def register_budget(consumers, smem_bytes, local_words=0):
+    """(blocks per multiprocessor, registers per thread at entry, consumer registers after ``setmaxnreg``).
+
+    Two blocks share a multiprocessor when shared memory allows and the entry register cap still holds the
+    per-thread locals (accumulators) with room to spare: ptxas compiles the whole kernel under that cap, the
+    ``setmaxnreg`` raise only lets the consumers keep more values live. The producer warpgroup drops to
+    PRODUCER_REGS and the consumers take what it frees (a multiple of 8, at most 240)."""
+    total = consumers + 128
+
+    def plan(blocks):
+        entry = min(255, REGS_PER_SM // (blocks * total)) // 8 * 8
+        return blocks, entry, min(240, (entry * total - PRODUCER_REGS * 128) // consumers // 8 * 8)
+
+    if SMEM_PER_SM // max(1, smem_bytes + SMEM_RESERVED_PER_BLOCK) >= 2:
+        two = plan(2)
+        if two[1] >= local_words + 48:
+            return two
+    return plan(1)
 
 
 def _ext(name, *args):
@@ -53,11 +99,14 @@ def _split(launch, found, t, consumers):
     allocs = [s for s in items if isinstance(s, tirx.AllocBuffer)]
     rest = [s for s in items if not isinstance(s, tirx.AllocBuffer)
             and not (isinstance(s, tirx.AttrStmt) and s.attr_key in (WS_PRODUCER, WS_INIT))]
-    regs = CONSUMER_REGS if consumers >= 256 else 240
+    blocks, _, regs = register_budget(consumers, _shared_bytes(allocs), _local_words(allocs))
     prod = tirx.SeqStmt([_ext(f"tilex::reg_dealloc<{PRODUCER_REGS}>"),
                          tirx.IfThenElse(t == consumers, producer[0].body, None)])
     cons = tirx.AttrStmt(tirx.const(0, "int32"), WS_CONSUMER, consumers,
                          tirx.SeqStmt([_ext(f"tilex::reg_alloc<{regs}>")] + rest))
+    # the register split above assumes `blocks` resident blocks: the CUDA postprocessor turns this marker into
+    # the kernel's __launch_bounds__ minimum
+    inits = [_ext(f"tilex::min_blocks_per_sm<{blocks}>")] + inits
     sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared"))
     body = tirx.SeqStmt(allocs + inits + [sync, tirx.IfThenElse(t >= consumers, prod, cons)])
     total = consumers + 128
