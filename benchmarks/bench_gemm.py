@@ -22,12 +22,16 @@ CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel)
 ]
 
 
+PASS_CONFIGS = {}
+
+
 def _compile_one(job):
     """Worker: compile one (shape, dtype, config) into the on-disk cache (the parent then loads it)."""
-    M, N, K, dtype, cfg = job
+    M, N, K, dtype, cfg, pass_configs = job
     bm, bn, bk, st, th, sw = cfg
     try:
-        tilex.compile(matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw), out_idx=[2])
+        tilex.compile(matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw), out_idx=[2],
+                      pass_configs=pass_configs)
         return None
     except Exception as e:  # noqa: BLE001 - the parent reports it when it compiles again
         return str(e).splitlines()[0][:200]
@@ -67,7 +71,8 @@ def bench(M, N, K, dtype, configs):
     for cfg in configs:
         bm, bn, bk, st, th, sw = cfg
         try:
-            k = tilex.compile(matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw), out_idx=[2])
+            k = tilex.compile(matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw), out_idx=[2],
+                              pass_configs=PASS_CONFIGS)
             c = k(a, b)
             torch.testing.assert_close(c.float() / K ** 0.5, ref.float() / K ** 0.5, atol=1e-2, rtol=1e-2)
         except Exception as e:  # noqa: BLE001 - report and move on
@@ -87,7 +92,11 @@ def main():
     p.add_argument("--all", action="store_true", help="the issue-4 shape list, fp16 and bf16")
     p.add_argument("--configs", default=None, help="'bm,bn,bk,stages,threads,swizzle;...' instead of the default list")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compile processes")
+    p.add_argument("--pass-configs", default="", help="'tilex.option=value,...' for every tilex kernel")
     args = p.parse_args()
+    for item in filter(None, args.pass_configs.split(",")):
+        key, value = item.split("=")
+        PASS_CONFIGS[key] = int(value) if value.isdigit() else value
     configs = parse_configs(args.configs) if args.configs else CONFIGS
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
@@ -97,7 +106,8 @@ def main():
         shapes = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
                   "16x8192x8192"]
         dtypes = ["float16", "bfloat16"]
-    precompile([(*map(int, s.split("x")), dt, c) for dt in dtypes for s in shapes for c in configs], args.jobs)
+    precompile([(*map(int, s.split("x")), dt, c, PASS_CONFIGS) for dt in dtypes for s in shapes for c in configs],
+               args.jobs)
     for dt in dtypes:
         for s in shapes:
             M, N, K = map(int, s.split("x"))

@@ -20,6 +20,7 @@ from tilex.transform.frontend_canonicalize import canonicalize
 from tilex.transform.inject_pipeline import inject_pipeline
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
+from tilex.transform.persistent_tiles import persistent_tiles
 from tilex.transform.warp_specialize import NamedBarriers, warp_specialize
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 
@@ -32,7 +33,9 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     func = canonicalize(func)
     func = inject_pipeline(func, target)
     func = layout_inference(func, target)
-    return thread_block_swizzle(warp_specialize(lower_tile_ops(func, target)))  # after lowering: bounds proofs see grid ranges
+    func = warp_specialize(lower_tile_ops(func, target))
+    func = persistent_tiles(func, target)
+    return thread_block_swizzle(func)  # after lowering: bounds proofs see grid ranges
 
 
 def tvm_passes(config):

@@ -157,8 +157,13 @@ class _Pipeliner:
         full = tirx.decl_buffer((stages,), "uint64", "tma_full", scope="shared")
         empty = tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")
         t = self.thread_var
-        s = tirx.floormod(k, stages)
-        it = tirx.floordiv(k, stages)
+        # position in the kernel's stream of pipeline iterations: k - min + base, where the base var (bound by
+        # the PersistentTiles pass: 0, or tiles done so far times the trip count) carries the stage and the
+        # barrier phases from one output tile to the next in a persistent kernel
+        base = tirx.Var("ws_base", "int32")
+        g = k - loop.min + base
+        s = tirx.floormod(g, stages)
+        it = tirx.floordiv(g, stages)
         nbytes = 0
         loads = []
         for stmt, op in producers:
@@ -174,7 +179,7 @@ class _Pipeliner:
             return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
         producer = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq([
-            tirx.IfThenElse(k >= loop.min + stages, ext("tilex::mbar_wait", ptr(empty, s), tirx.floormod(it + 1, 2)),
+            tirx.IfThenElse(g >= stages, ext("tilex::mbar_wait", ptr(empty, s), tirx.floormod(it + 1, 2)),
                             None),
             ext("tilex::mbar_arrive_expect_tx", ptr(full, s), nbytes),
             *loads]))
@@ -182,8 +187,8 @@ class _Pipeliner:
         compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 2,
                                 _retarget(_seq(consumers), bufmap, s))
         release = tirx.IfThenElse(
-            tirx.And(k > loop.min, tirx.floormod(t, 32) == 0),
-            ext("tilex::mbar_arrive", ptr(empty, tirx.floormod(k - 1, stages))), None)
+            tirx.And(g > 0, tirx.floormod(t, 32) == 0),
+            ext("tilex::mbar_arrive", ptr(empty, tirx.floormod(g - 1, stages))), None)
         consumer = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq([
             ext("tilex::mbar_wait", ptr(full, s), tirx.floormod(it, 2)), compute, release]))
         i = tirx.Var("bar_i", "int32")
@@ -191,6 +196,8 @@ class _Pipeliner:
             tirx.For(i, 0, stages, tirx.ForKind.UNROLLED, _seq([ext("tilex::mbar_init", ptr(full, i), 1),
                                                                  ext("tilex::mbar_init", ptr(empty, i), warps)])),
             ext("tilex::mbar_init_fence")]), None)])
+        producer = tirx.AttrStmt(base, WS_PIPELINE_BASE, n, producer)
+        consumer = tirx.AttrStmt(base, WS_PIPELINE_BASE, n, consumer)
         return _seq([tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, self.threads, producer),
@@ -251,6 +258,7 @@ class _Pipeliner:
 ASYNC_MMA_SCOPE = "tilex.async_mma"  # value 1: cp.async pipeline, 2: warp-specialized consumer
 WS_INIT = "tilex.ws_init"  # barrier initialization, hoisted before the role split
 WS_PRODUCER = "tilex.ws_producer"  # the producer loop; value = number of consumer threads
+WS_PIPELINE_BASE = "tilex.ws_pipeline_base"  # node: the base var of the stage/phase counter; value: trip count
 
 
 def _strip(loop):

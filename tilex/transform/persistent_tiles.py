@@ -1,0 +1,215 @@
+"""PersistentTiles: run a warp-specialized kernel on a persistent grid, one block per multiprocessor slot.
+
+Consumes: per-thread TIR after WarpSpecialize. Its producer and consumer pipeline loops sit in
+``tilex.ws_pipeline_base`` attributes (node: the var ``base`` that offsets their stage and barrier-phase counter,
+value: the loop's trip count ``n``); the grid is ``blockIdx.x`` (x ``blockIdx.y``); a ``T.use_swizzle`` marker may
+still be in the consumer's statements.
+Produces, when the kernel qualifies (below): a grid of ``P = min(tiles, SMs x blocks per SM)`` blocks on
+``blockIdx.x``; the producer thread and the consumer warpgroups each loop over output tiles
+``tile = blockIdx.x + i * P`` (``i = 0, 1, ...``), deriving the kernel's block indices from ``tile`` (rasterized
+as T.use_swizzle asks, the marker is consumed) and continuing the pipeline across tiles with ``base = i * n``, so
+stage ``g % S`` and phase ``g // S % 2`` of iteration ``g = i * n + k`` stay consistent between the two roles.
+The producer thereby loads the next tile's first stages while the consumers run the previous tile's epilogue,
+and barrier setup and launch cost are paid once per block instead of once per tile.
+Otherwise: ``base`` is 0 and the attributes are removed (one block per tile, as before).
+
+A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has static x/y
+extents, more tiles than block slots, no ``blockIdx.z``, a trip count that does not depend on the block
+indices, and a consumer that touches no shared memory outside its pipeline loop (such memory may share bytes
+with pipeline stages, which the producer refills for the next tile while the consumers are still there).
+"""
+from __future__ import annotations
+
+import re
+
+import tvm
+from tvm import tirx
+
+from tilex import config, env
+from tilex._tir import BufferLoadNode, map_nodes, walk
+from tilex.op.partition import substitute
+from tilex.transform.inject_pipeline import WS_PIPELINE_BASE
+from tilex.transform.thread_block_swizzle import _drop_markers, _find_markers, swizzled_block_index
+from tilex.transform.warp_specialize import WS_CONSUMER
+
+
+def _base_attrs(stmt):
+    found = []
+    walk(stmt, (tirx.AttrStmt, lambda n: found.append(n) if n.attr_key == WS_PIPELINE_BASE else None))
+    return found
+
+
+def _resolve_base(stmt, value_of):
+    """Remove the pipeline-base attributes, binding each base var to ``value_of(attr)``."""
+
+    def on_attr(node):
+        if node.attr_key != WS_PIPELINE_BASE:
+            return node
+        return substitute(node.body, {node.node: value_of(node)})
+
+    return map_nodes(stmt, (tirx.AttrStmt, on_attr), order="post")
+
+
+def _launch_chain(body):
+    chain = []
+    node = body
+    while isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
+        chain.append(node)
+        node = node.body
+    return chain
+
+
+def _free_vars(expr):
+    out = set()
+    walk(expr, (tvm.ir.Var, lambda v: out.add(v)))
+    return out
+
+
+def _uses_shared(stmt):
+    hits = []
+
+    def on_load(node):
+        buf = node.source if isinstance(node, BufferLoadNode) else node.buffer
+        if buf.scope() in ("shared", "shared.dyn"):
+            hits.append(buf)
+
+    walk(stmt, [(BufferLoadNode, on_load), (tirx.BufferStore, on_load)])
+    return bool(hits)
+
+
+def _blocks_per_sm(stmt):
+    found = []
+
+    def on_call(node):
+        if isinstance(node.op, tvm.ir.Op) and node.op.name == "tirx.call_extern":
+            m = re.match(r"tilex::min_blocks_per_sm<(\d+)>", str(node.args[0].value))
+            if m:
+                found.append(int(m.group(1)))
+
+    walk(stmt, (tvm.ir.Call, on_call))
+    return found[0] if found else 1
+
+
+def persistent_tiles(func, target=None):
+    attrs = _base_attrs(func.body)
+    if not attrs:
+        return func
+    plan = _plan(func, attrs, target)
+    if plan is None:
+        return func.with_body(_resolve_base(func.body, lambda a: tirx.const(0, "int32")))
+    outer = plan[0][0]
+    new_launch = _rewrite(outer, *plan)
+    return func.with_body(map_nodes(func.body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(outer) else n),
+                                    order="pre"))
+
+
+def _plan(func, attrs, target):
+    if config.get("disable_persistent", False):
+        return None
+    # the outermost launch chain holds the grid and the block
+    chain = None
+
+    def on_attr(node):
+        nonlocal chain
+        if chain is None and node.attr_key == "thread_extent":
+            chain = _launch_chain(node)
+
+    walk(func.body, (tirx.AttrStmt, on_attr), order="pre")
+    tags = {a.node.thread_tag: a for a in chain}
+    if "blockIdx.z" in tags or "blockIdx.x" not in tags or "threadIdx.x" not in tags:
+        return None
+    extents = {}
+    for tag in ("blockIdx.x", "blockIdx.y"):
+        if tag in tags:
+            v = tags[tag].value
+            if not isinstance(v, tirx.IntImm):
+                return None
+            extents[tag] = int(v.value)
+        else:
+            extents[tag] = 1
+    block_vars = {tags[t].node.var for t in ("blockIdx.x", "blockIdx.y") if t in tags}
+    if any(_free_vars(a.value) & block_vars for a in attrs):
+        return None
+    arch = env.target_arch(target) if target is not None else env.DEFAULT_ARCH
+    sms = int(config.get("num_sms", 0) or env.num_sms(arch))
+    slots = sms * _blocks_per_sm(func.body)
+    tiles = extents["blockIdx.x"] * extents["blockIdx.y"]
+    if tiles <= slots:
+        return None
+    inner = chain[-1].body
+    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
+    split = [s for s in items if _is_role_split(s)]
+    if len(split) != 1:
+        return None
+    consumer = split[0].else_case
+    stmts = list(consumer.body.seq) if isinstance(consumer.body, tirx.SeqStmt) else [consumer.body]
+    if any(_uses_shared(s) for s in stmts if not _base_attrs(s)):
+        return None
+    return chain, tags, extents, min(slots, tiles)
+
+
+def _rewrite(body, chain, tags, extents, grid):
+    markers = _find_markers(body)
+    panel, order = markers[0] if markers else (None, None)
+    gx, gy = extents["blockIdx.x"], extents["blockIdx.y"]
+    tiles = gx * gy
+    pid = tirx.Var("blockIdx_x", "int32")
+    bx_var = tags["blockIdx.x"].node.var
+    by_var = tags["blockIdx.y"].node.var if "blockIdx.y" in tags else None
+
+    def tile_loop(stmt, name):
+        i = tirx.Var(name, "int32")
+        tile = pid + i * grid
+        hx, hy = tirx.floormod(tile, gx), tirx.floordiv(tile, gx)
+        if panel is not None and by_var is not None:
+            bx, by = swizzled_block_index(hx, hy, gx, gy, panel, order)
+        else:
+            bx, by = hx, hy
+        mapping = {bx_var: bx}
+        if by_var is not None:
+            mapping[by_var] = by
+        stmt = substitute(_resolve_base(stmt, lambda a: i * a.value), mapping)
+        trips = tirx.floordiv(tiles - 1 - pid, grid) + 1  # tiles pid, pid + grid, ... below `tiles`
+        return tirx.For(i, 0, trips, tirx.ForKind.SERIAL, stmt)
+
+    inner = chain[-1].body
+    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
+    out = []
+    for s in items:
+        if _is_role_split(s):
+            prod_branch, cons = s.then_case, s.else_case
+            p_items = list(prod_branch.seq) if isinstance(prod_branch, tirx.SeqStmt) else [prod_branch]
+            p_items = [tirx.IfThenElse(p.condition, tile_loop(p.then_case, "tile_p"), None)
+                       if isinstance(p, tirx.IfThenElse) else p for p in p_items]
+            c_items = list(cons.body.seq) if isinstance(cons.body, tirx.SeqStmt) else [cons.body]
+            head = [c for c in c_items if _is_reg_alloc(c)]
+            rest = _drop_markers(tirx.SeqStmt([c for c in c_items if not _is_reg_alloc(c)]))
+            c_body = tirx.SeqStmt(head + [tile_loop(rest, "tile_c")])
+            s = tirx.IfThenElse(s.condition, tirx.SeqStmt(p_items),
+                                tirx.AttrStmt(cons.node, cons.attr_key, cons.value, c_body))
+        out.append(s)
+    new_body = tirx.SeqStmt(out) if len(out) > 1 else out[0]
+    for a in reversed(chain):
+        tag = a.node.thread_tag
+        if tag == "blockIdx.y":
+            continue
+        if tag == "blockIdx.x":
+            iv = tirx.IterVar(tvm.ir.Range(0, grid), pid, a.node.iter_type, tag)
+            new_body = tirx.AttrStmt(iv, "thread_extent", tirx.const(grid, "int32"), new_body)
+        else:
+            new_body = tirx.AttrStmt(a.node, a.attr_key, a.value, new_body)
+    return new_body
+
+
+def _is_role_split(stmt):
+    """The ``if threadIdx.x >= consumers: producer else: consumers`` statement WarpSpecialize builds."""
+    return (isinstance(stmt, tirx.IfThenElse) and isinstance(stmt.else_case, tirx.AttrStmt)
+            and stmt.else_case.attr_key == WS_CONSUMER)
+
+
+def _is_reg_alloc(stmt):
+    if not isinstance(stmt, tirx.Evaluate) or not isinstance(stmt.value, tvm.ir.Call):
+        return False
+    call = stmt.value
+    return (isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern"
+            and str(call.args[0].value).startswith("tilex::reg_alloc"))
