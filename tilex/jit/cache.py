@@ -84,6 +84,27 @@ def _headers_digest() -> str:
     return h.hexdigest()
 
 
+_PACKAGE_DIGEST = None
+
+
+def _package_digest() -> str:
+    """Digest of tilex's own Python sources: a changed pass must not be answered with an old kernel."""
+    global _PACKAGE_DIGEST
+    if _PACKAGE_DIGEST is None:
+        h = hashlib.sha256()
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        for dirpath, dirnames, files in os.walk(root):
+            dirnames.sort()
+            for name in sorted(files):
+                if name.endswith(".py"):
+                    path = os.path.join(dirpath, name)
+                    h.update(os.path.relpath(path, root).encode() + b"\0")
+                    with open(path, "rb") as f:
+                        h.update(hashlib.sha256(f.read()).digest())
+        _PACKAGE_DIGEST = h.hexdigest()
+    return _PACKAGE_DIGEST
+
+
 def _jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): _jsonable(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
@@ -103,6 +124,15 @@ def _script(func) -> str:
         return "structural_hash:" + str(tvm_ffi.structural_hash(func))
 
 
+def _num_sms(target):
+    from .. import env
+
+    try:
+        return env.num_sms(env.target_arch(target))
+    except Exception:  # noqa: BLE001 - a target without an arch
+        return None
+
+
 def make_key(func, out_idx, target, pass_configs) -> str:
     """Cache key (hex sha256) of a compilation request."""
     import tvm
@@ -120,6 +150,8 @@ def make_key(func, out_idx, target, pass_configs) -> str:
         "tvm": tvm.__version__,
         "nvcc_flags": list(nvcc.BASE_FLAGS) + [os.environ.get("TILEX_NVCC_FLAGS", "")],
         "headers": _headers_digest(),
+        "sources": _package_digest(),
+        "num_sms": _num_sms(target),  # persistent grids are sized for the device
     }
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
