@@ -13,6 +13,7 @@ KNOWN = {
     "disable_warp_specialized": "keep pipelined loops on cp.async in every thread (no producer warpgroup)",
     "disable_tma": "no TMA loads (implies no warp specialization)",
     "disable_persistent": "warp-specialized kernels launch one block per output tile instead of a persistent grid",
+    "disable_tma_multicast": "persistent kernels do not pair blocks in clusters that multicast a shared operand",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",
 }
 

@@ -58,6 +58,39 @@ __device__ __forceinline__ void tma_load_2d(void* smem, uint64_t tensor_map, voi
 #endif
 }
 
+// The same box multicast into the shared memory of every CTA of the cluster named in `cta_mask` (same offsets),
+// completing `bytes` on each one's barrier at the offset of `bar`.
+__device__ __forceinline__ void tma_load_2d_multicast(void* smem, uint64_t tensor_map, void* bar, int c0, int c1,
+                                                      int cta_mask) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(smem)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(static_cast<uint16_t>(cta_mask))
+      : "memory");
+#endif
+}
+
+// Arrive on the barrier at the offset of `bar` in the shared memory of cluster CTA `cta`.
+__device__ __forceinline__ void mbar_arrive_cluster(void* bar, int cta) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+#endif
+}
+
+// All threads of all CTAs of the cluster.
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+
+// Marker for the CUDA postprocessor (the kernel's __cluster_dims__); emits nothing.
+template <int N>
+__device__ __forceinline__ void cluster_dims() {}
+
 template <int N>
 __device__ __forceinline__ void reg_alloc() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

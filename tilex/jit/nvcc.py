@@ -160,7 +160,11 @@ def cap_registers_for_setmaxnreg(code: str) -> str:
 
     m = re.search(r"tilex::min_blocks_per_sm<(\d+)>", code)
     blocks = m.group(1) if m else "1"
-    return re.sub(r"__launch_bounds__\((\d+)\)", rf"__launch_bounds__(\1, {blocks})", code)
+    bounds = rf"__launch_bounds__(\1, {blocks})"
+    c = re.search(r"tilex::cluster_dims<(\d+)>", code)
+    if c:  # thread-block clusters along x (PersistentTiles' multicast pairs), fixed at compile time
+        bounds = rf"__cluster_dims__({c.group(1)}, 1, 1) " + bounds
+    return re.sub(r"__launch_bounds__\((\d+)\)", bounds, code)
 
 
 def _cuda_postproc_hook(code, *_unused):

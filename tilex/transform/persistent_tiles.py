@@ -145,10 +145,89 @@ def _plan(func, attrs, target):
     stmts = list(consumer.body.seq) if isinstance(consumer.body, tirx.SeqStmt) else [consumer.body]
     if any(_uses_shared(s) for s in stmts if not _base_attrs(s)):
         return None
-    return chain, tags, extents, min(slots, tiles)
+    grid = min(slots, tiles)
+    pair = _pair_plan(split[0].then_case, tags, extents, _find_markers(func.body), grid)
+    return chain, tags, extents, grid, pair
 
 
-def _rewrite(body, chain, tags, extents, grid):
+def _tma_loads(stmt):
+    found = []
+    walk(stmt, (tirx.Evaluate, lambda n: found.append(n) if _extern_name(n) == "tilex::tma_load_2d" else None))
+    return found
+
+
+def _pair_plan(producer, tags, extents, markers, grid):
+    """Whether blocks run in clusters of two on tile pairs (by = 2q, 2q + 1; same bx), the loads that do not
+    depend on ``by`` (the operand both tiles share) split between the pair and multicast to both."""
+    if config.get("disable_tma_multicast", False) or "blockIdx.y" not in tags:
+        return False
+    if extents["blockIdx.y"] % 2 or grid % 2 or (markers and markers[0][0] % 2) or (markers and markers[0][1] != "row"):
+        return False
+    by_var = tags["blockIdx.y"].node.var
+    shared = [e for e in _tma_loads(producer) if by_var not in _free_vars(e.value)]
+    return len(shared) > 0 and len(shared) % 2 == 0
+
+
+def _extern_name(stmt):
+    if isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call):
+        call = stmt.value
+        if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern":
+            return str(call.args[0].value)
+    return None
+
+
+def _ext(name, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+def _multicast_shared_loads(producer, by_var, rank):
+    """Loads that do not depend on ``by``: the pair member whose rank matches issues every other one, multicast
+    into both blocks' shared memory (same offsets, each block's barrier is signalled)."""
+    seen = []
+
+    def on_eval(node):
+        if _extern_name(node) != "tilex::tma_load_2d" or by_var in _free_vars(node.value):
+            return node
+        j = len(seen)
+        seen.append(node)
+        args = list(node.value.args[1:])
+        return tirx.IfThenElse(rank == j % 2, _ext("tilex::tma_load_2d_multicast", *args, 3), None)
+
+    return map_nodes(producer, (tirx.Evaluate, on_eval))
+
+
+def _release_to_both(consumer, rank):
+    """A consumer release (arrive on the stage's empty barrier) also reaches the partner block's barrier: the
+    partner's producer multicasts into this block's stage too."""
+
+    def on_eval(node):
+        if _extern_name(node) != "tilex::mbar_arrive":
+            return node
+        return tirx.SeqStmt([node, _ext("tilex::mbar_arrive_cluster", node.value.args[1], 1 - rank)])
+
+    return map_nodes(consumer, (tirx.Evaluate, on_eval))
+
+
+def _pair_setup(stmt):
+    """Empty barriers count both blocks' consumer warps; the block barrier after their initialization becomes a
+    cluster barrier (the partner arrives remotely and multicasts into this block)."""
+
+    def on_eval(node):
+        name = _extern_name(node)
+        if name == "tilex::mbar_init":
+            bar, count = node.value.args[1], node.value.args[2]
+            if "tma_empty" in str(bar):
+                return _ext("tilex::mbar_init", bar, count * 2)
+            return node
+        v = node.value
+        if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "tirx.tvm_storage_sync":
+            return _ext("tilex::cluster_sync")
+        return node
+
+    return map_nodes(stmt, (tirx.Evaluate, on_eval))
+
+
+def _rewrite(body, chain, tags, extents, grid, pair=False):
     markers = _find_markers(body)
     panel, order = markers[0] if markers else (None, None)
     gx, gy = extents["blockIdx.x"], extents["blockIdx.y"]
@@ -156,20 +235,32 @@ def _rewrite(body, chain, tags, extents, grid):
     pid = tirx.Var("blockIdx_x", "int32")
     bx_var = tags["blockIdx.x"].node.var
     by_var = tags["blockIdx.y"].node.var if "blockIdx.y" in tags else None
+    rank = tirx.floormod(pid, 2)
 
     def tile_loop(stmt, name):
         i = tirx.Var(name, "int32")
-        tile = pid + i * grid
-        hx, hy = tirx.floormod(tile, gx), tirx.floordiv(tile, gx)
-        if panel is not None and by_var is not None:
-            bx, by = swizzled_block_index(hx, hy, gx, gy, panel, order)
+        if pair:
+            # cluster c = pid // 2 walks tile pairs c, c + grid/2, ...; pair q covers rows 2q, 2q + 1 of one column
+            units, stride, unit = tiles // 2, grid // 2, tirx.floordiv(pid, 2) + i * (grid // 2)
+            hx, hy = tirx.floormod(unit, gx), tirx.floordiv(unit, gx)
+            if panel is not None:
+                bx, q = swizzled_block_index(hx, hy, gx, gy // 2, panel // 2, order)
+            else:
+                bx, q = hx, hy
+            by = q * 2 + rank
+            first = tirx.floordiv(pid, 2)
         else:
-            bx, by = hx, hy
+            units, stride, unit, first = tiles, grid, pid + i * grid, pid
+            hx, hy = tirx.floormod(unit, gx), tirx.floordiv(unit, gx)
+            if panel is not None and by_var is not None:
+                bx, by = swizzled_block_index(hx, hy, gx, gy, panel, order)
+            else:
+                bx, by = hx, hy
         mapping = {bx_var: bx}
         if by_var is not None:
             mapping[by_var] = by
         stmt = substitute(_resolve_base(stmt, lambda a: i * a.value), mapping)
-        trips = tirx.floordiv(tiles - 1 - pid, grid) + 1  # tiles pid, pid + grid, ... below `tiles`
+        trips = tirx.floordiv(units - 1 - first, stride) + 1  # units first, first + stride, ... below `units`
         return tirx.For(i, 0, trips, tirx.ForKind.SERIAL, stmt)
 
     inner = chain[-1].body
@@ -179,15 +270,24 @@ def _rewrite(body, chain, tags, extents, grid):
         if _is_role_split(s):
             prod_branch, cons = s.then_case, s.else_case
             p_items = list(prod_branch.seq) if isinstance(prod_branch, tirx.SeqStmt) else [prod_branch]
+            if pair:
+                p_items = [_multicast_shared_loads(p, by_var, rank) for p in p_items]
             p_items = [tirx.IfThenElse(p.condition, tile_loop(p.then_case, "tile_p"), None)
                        if isinstance(p, tirx.IfThenElse) else p for p in p_items]
             c_items = list(cons.body.seq) if isinstance(cons.body, tirx.SeqStmt) else [cons.body]
             head = [c for c in c_items if _is_reg_alloc(c)]
             rest = _drop_markers(tirx.SeqStmt([c for c in c_items if not _is_reg_alloc(c)]))
+            if pair:
+                rest = _release_to_both(rest, rank)
             c_body = tirx.SeqStmt(head + [tile_loop(rest, "tile_c")])
             s = tirx.IfThenElse(s.condition, tirx.SeqStmt(p_items),
                                 tirx.AttrStmt(cons.node, cons.attr_key, cons.value, c_body))
+        elif pair:
+            s = _pair_setup(s)
         out.append(s)
+    if pair:
+        # neither block may exit while its partner can still arrive on its barriers
+        out = [_ext("tilex::cluster_dims<2>")] + out + [_ext("tilex::cluster_sync")]
     new_body = tirx.SeqStmt(out) if len(out) > 1 else out[0]
     for a in reversed(chain):
         tag = a.node.thread_tag
