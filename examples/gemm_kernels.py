@@ -33,3 +33,26 @@ def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="flo
             T.copy(C_l, C[by * bm, bx * bn])
 
     return main
+
+
+def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, split_k=4, dtype="float16",
+                  accum="float32"):
+    """C += A @ B with K cut into `split_k` slices (grid z), each block adding its partial tile into C with
+    T.atomic_add; C must hold zeros on entry. For skinny problems (small M x N, long K), where one block per
+    output tile leaves multiprocessors idle."""
+    k_per_split = -(-(-(-K // split_k)) // bk) * bk  # whole bk tiles per slice; tiles past K read zeros
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), split_k, threads=threads) as (bx, by, bz):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_l = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_l)
+            for k in T.Pipelined(k_per_split // bk, num_stages=num_stages):
+                T.copy(A[by * bm, bz * k_per_split + k * bk], A_s)
+                T.copy(B[bz * k_per_split + k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.atomic_add(C[by * bm, bx * bn], C_l)
+
+    return main

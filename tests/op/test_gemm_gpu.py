@@ -80,3 +80,47 @@ def test_gemm_multi_warpgroup_configs(cfg, swizzle, ws):
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(kernel(a, b).float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5,
                                atol=1e-2, rtol=1e-2)
+
+
+ISSUE_SHAPES = [(4096, 4096, 4096, (128, 256, 64, 4, 256, 0)), (8192, 8192, 8192, (128, 256, 64, 4, 256, 16)),
+                (4096, 28672, 8192, (128, 256, 64, 4, 256, 8)), (8192, 8192, 1024, (128, 256, 64, 4, 256, 0)),
+                (128, 8192, 8192, (128, 64, 128, 4, 256, 0)), (16, 8192, 8192, (64, 128, 128, 4, 128, 0)),
+                # ragged: TMA zero-fills the edges, stores are guarded; 31 block rows leave no pairs for multicast
+                (4000, 3000, 1000, (128, 256, 64, 4, 256, 8)), (3900, 4100, 1000, (128, 256, 64, 4, 256, 0))]
+SCHEDULES = {"persistent+multicast": None, "persistent": {"tilex.disable_tma_multicast": True},
+             "one block per tile": {"tilex.disable_persistent": True},
+             "no warp specialization": {"tilex.disable_warp_specialized": True}}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", ISSUE_SHAPES, ids=lambda c: "x".join(map(str, c[:3])))
+def test_gemm_benchmark_shapes_and_schedules(case, dtype, schedule):
+    """The benchmark's shapes with its best configs, under each schedule the sm90 path can take."""
+    M, N, K, (bm, bn, bk, stages, threads, swizzle) = case
+    kernel = tilex.compile(matmul(M, N, K, bm, bn, bk, stages, threads, dtype=dtype, swizzle=swizzle), out_idx=[2],
+                           pass_configs=SCHEDULES[schedule])
+    tdt = getattr(torch, dtype)
+    a = torch.randn(M, K, device="cuda", dtype=tdt)
+    b = torch.randn(K, N, device="cuda", dtype=tdt)
+    c = kernel(a, b)
+    c2 = kernel(a, b)  # a second launch: barriers and phases start fresh
+    ref = (a.float() @ b.float()) / K ** 0.5
+    torch.testing.assert_close(c.float() / K ** 0.5, ref, atol=1e-2, rtol=1e-2)
+    assert torch.equal(c, c2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", [(16, 8192, 8192, 4), (128, 8192, 8192, 2), (100, 3000, 5000, 3)],
+                         ids=lambda c: "x".join(map(str, c)))
+def test_splitk_gemm_fp16(case):
+    from gemm_kernels import matmul_splitk
+
+    M, N, K, split = case
+    kernel = tilex.compile(matmul_splitk(M, N, K, 64, 128, 64, 4, 128, split))
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    c = torch.zeros(M, N, device="cuda", dtype=torch.float16)
+    kernel(a, b, c)
+    torch.testing.assert_close(c.float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5, atol=1e-2, rtol=1e-2)

@@ -1,5 +1,6 @@
 """PersistentTiles on warp-specialized GEMMs (IR and generated CUDA, no GPU needed)."""
 import os
+import shutil
 import sys
 
 import pytest
@@ -20,7 +21,7 @@ def _script(func, **cfg):
 
 
 def test_grid_becomes_one_block_per_multiprocessor():
-    script = _script(matmul(4096, 4096, 4096, 128, 256, 64, 4, 256))
+    script = _script(matmul(4096, 4096, 4096, 128, 256, 64, 4, 256), **{"tilex.disable_tma_multicast": True})
     assert 'T.launch_thread("blockIdx.x", 132)' in script
     assert "blockIdx.y" not in script
     # both roles walk the 512 tiles with stride 132
@@ -30,10 +31,38 @@ def test_grid_becomes_one_block_per_multiprocessor():
     assert "if k + tile_c * 64 > 0 and v % 32 == 0:" in script
 
 
+def test_block_pairs_multicast_the_shared_operand():
+    """Tile pairs (by = 2q, 2q + 1) share B: each block of a cluster loads two of B's four boxes for both."""
+    script = _script(matmul(4096, 4096, 4096, 128, 256, 64, 4, 256))
+    assert script.count("tilex::tma_load_2d_multicast") == 4 and script.count('"tilex::tma_load_2d"') == 1
+    assert "(255 - blockIdx_x // 2) // 66 + 1" in script  # 256 tile pairs over 66 clusters
+    assert "tilex::mbar_arrive_cluster" in script  # a stage is released to both producers
+    assert "tilex::cluster_sync" in script and "tilex::cluster_dims<2>" in script
+    assert "tma_empty[bar_i]), 16)" in script  # 8 local + 8 remote consumer warps
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_multicast_kernel_compiles_with_cluster_dims():
+    from tilex.engine import build
+    from tilex.jit.nvcc import compile_cuda
+
+    ex = build(matmul(4096, 4096, 4096, 128, 256, 64, 4, 256, swizzle=8), SM90, PIN)
+    src = ex.mod.imports[0].inspect_source()
+    assert "__cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)" in src
+    assert "tilex::tma_load_2d_multicast" in src and "tilex::mbar_arrive_cluster" in src
+    compile_cuda(src, "sm_90a")
+
+
+@pytest.mark.parametrize("cfg", [{"tilex.disable_tma_multicast": True}, {}])
+def test_odd_block_rows_get_no_pairs(cfg):
+    script = _script(matmul(3900, 4096, 1024, 128, 256, 64, 4, 256), **cfg)  # 31 block rows
+    assert "tile_c" in script and "multicast" not in script and "cluster" not in script
+
+
 def test_rasterization_is_applied_per_tile():
     script = _script(matmul(4096, 4096, 4096, 128, 256, 64, 4, 256, swizzle=8))
     assert "use_swizzle" not in script
-    assert "T.min(8" in script  # panel height of the tile's panel
+    assert "T.min(4" in script  # panel of 8 block rows = 4 tile pairs
 
 
 @pytest.mark.parametrize("cfg", [{"tilex.disable_persistent": True}, {}])
