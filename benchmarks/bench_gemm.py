@@ -11,12 +11,16 @@ from triton.testing import do_bench  # noqa: E402
 
 import tilex  # noqa: E402
 
-CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices])
+CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices[, C staged through shared memory]])
     (128, 256, 64, 4, 256, 0),
     (128, 256, 64, 4, 256, 8),
     (128, 256, 64, 4, 256, 16),
     (256, 128, 64, 4, 256, 8),
     (128, 128, 64, 4, 256, 8),
+    (128, 256, 64, 3, 256, 0, 1, 1),
+    (128, 256, 64, 3, 256, 8, 1, 1),
+    (128, 256, 64, 3, 256, 16, 1, 1),
+    (256, 128, 64, 3, 256, 8, 1, 1),
     (64, 64, 128, 6, 128, 0),
     (64, 128, 128, 4, 128, 0),
     (128, 64, 128, 4, 256, 0),
@@ -30,11 +34,12 @@ PASS_CONFIGS = {}
 
 
 def program(M, N, K, dtype, cfg):
-    """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices."""
+    """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices, an
+    8th (1) = `matmul` writing C through a shared tile (a TMA store on sm90)."""
     bm, bn, bk, st, th, sw = cfg[:6]
     if len(cfg) > 6 and cfg[6] > 1:
         return matmul_splitk(M, N, K, bm, bn, bk, st, th, cfg[6], dtype=dtype)
-    return matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw)
+    return matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw, stage_c=len(cfg) > 7 and bool(cfg[7]))
 
 
 def runner(kernel, cfg, a, b, c):

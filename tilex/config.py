@@ -12,6 +12,7 @@ KNOWN = {
     "disable_wgmma": "use mma.sync instead of wgmma for T.gemm on sm90",
     "disable_warp_specialized": "keep pipelined loops on cp.async in every thread (no producer warpgroup)",
     "disable_tma": "no TMA loads (implies no warp specialization)",
+    "disable_tma_store": "shared->global tile copies use per-thread stores instead of a TMA store on sm90",
     "disable_persistent": "warp-specialized kernels launch one block per output tile instead of a persistent grid",
     "disable_tma_multicast": "persistent kernels do not pair blocks in clusters that multicast a shared operand",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",

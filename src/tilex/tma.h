@@ -87,6 +87,29 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
+// 2-d tensor-map store of one shared-memory box (out-of-bounds parts of the box are not written).
+__device__ __forceinline__ void tma_store_2d(uint64_t tensor_map, void* smem, int c0, int c1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tensor_map),
+               "r"(smem_addr(smem)), "r"(c0), "r"(c1)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void bulk_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+
+// Wait until at most N bulk groups of this thread still read their shared-memory source.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
 // Marker for the CUDA postprocessor (the kernel's __cluster_dims__); emits nothing.
 template <int N>
 __device__ __forceinline__ void cluster_dims() {}

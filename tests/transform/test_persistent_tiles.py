@@ -83,3 +83,17 @@ def test_register_budget():
     # two blocks fit in shared memory, but the entry cap (80) cannot hold a 64-register accumulator
     assert register_budget(256, 96 * 1024, 64)[0] == 1
     assert register_budget(128, 96 * 1024, 64) == (2, 128, 216)
+
+
+def test_staged_epilogue_does_not_alias_stages():
+    """In a persistent kernel the producer refills stages while the consumers stage C: the C tile (64 KB) must get
+    bytes of its own. A: 3 x 8192 halves from 0, then C, then B: 3 x 16384 halves."""
+    from tilex.engine import build
+
+    ex = build(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, stage_c=True), SM90, PIN)
+    src = ex.mod.imports[0].inspect_source()
+    assert "for (int tile_c" in src and "tilex::tma_store_2d" in src
+    store_planes = [24576, 32768, 40960, 49152]
+    for off in store_planes:
+        assert f"(((0 ^ 0) * 8) + {off})])" in src
+    assert "+ 57344)])), ((unsigned long long)(&(B_tmap" in src  # B's stages start after C

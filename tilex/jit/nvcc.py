@@ -167,8 +167,17 @@ def cap_registers_for_setmaxnreg(code: str) -> str:
     return re.sub(r"__launch_bounds__\((\d+)\)", bounds, code)
 
 
+def align_dynamic_shared(code: str) -> str:
+    """Start dynamic shared memory on a 1024-byte boundary. The hardware swizzles of TMA and wgmma are functions of
+    the absolute shared address (the pattern repeats every 1024 bytes), while threads that write a swizzled tile
+    (cp.async, st.shared before a TMA store) compute it from the buffer start: the two agree only when the
+    buffer starts on such a boundary, which static shared memory (mbarriers) placed first would break."""
+    return code.replace("extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];",
+                        "extern __shared__ __align__(1024) uchar buf_dyn_shmem_ptr[];")
+
+
 def _cuda_postproc_hook(code, *_unused):
-    return cap_registers_for_setmaxnreg(add_common_include(str(code)))
+    return align_dynamic_shared(cap_registers_for_setmaxnreg(add_common_include(str(code))))
 
 
 _registered = False

@@ -59,9 +59,57 @@ class CopyOp(TileOp):
     def describe(self):
         return f"T.copy({self.src} -> {self.dst})"
 
+    # ---- TMA store (sm90): shared tile -> global through the Tensor Memory Accelerator -------------------------
+    def tma_store_ok(self, target) -> bool:
+        """Whether this copy can be a TMA store: sm90, a whole 2-d shared tile with a wgmma-style swizzle written
+        to a 2-d global tensor (the same conditions as a TMA load, roles exchanged)."""
+        from tilex import config
+        from tilex.op.base import target_arch
+        from tilex.op.tma_load import tma_eligible
+
+        if target is None or config.get("disable_tma", False) or config.get("disable_tma_store", False):
+            return False
+        if target_arch(target)[0] < 90 or not (is_shared(self.src.buffer) and is_global(self.dst.buffer)):
+            return False
+        if len(self.src.buffer.shape) != 2 or self.src.shape != [int(e) for e in self.src.buffer.shape]:
+            return False
+        return tma_eligible(self.dst, self.src)
+
+    def _tma_layout(self):
+        from tilex.layout.wgmma import make_wgmma_operand_layout
+        from tilex.op.tma_load import tma_box
+
+        rows, cols, swz, _ = tma_box(self.src)
+        return make_wgmma_operand_layout(rows, cols, tvm.DataType(str(self.src.buffer.dtype)).bits, swz)
+
+    def _lower_tma_store(self, ctx):
+        """Every thread fences its shared-memory writes for the async proxy and syncs; one thread stores the tile
+        box by box and waits until the boxes have been read, and a second barrier keeps the tile from being
+        overwritten before that."""
+        from tilex.op.tma_load import tma_box
+
+        rows, cols, swz, elems = tma_box(self.src)
+        buf = self.src.buffer
+        tmap = ctx.tensor_map(self.dst.buffer, (elems, rows), swz)
+        row0, col0 = self.dst.mins[-2], self.dst.mins[-1]
+        stores = []
+        for p in range(cols // elems):
+            phys, off = ctx.physical_index(buf, [0, p * elems])
+            stores.append(tirx.Evaluate(tirx.call_extern(  # (read by the async proxy between the barriers below)
+                "void", "tilex::tma_store_2d", tirx.address_of(tmap), phys.access_ptr(0, offset=off[0], extent=1),
+                col0 + p * elems, row0)))
+        stores += [tirx.Evaluate(tirx.call_extern("void", "tilex::bulk_commit")),
+                   tirx.Evaluate(tirx.call_extern("void", "tilex::bulk_wait_read<0>"))]
+        # the scope names the ThreadSync pass that sees this barrier (it ignores barriers of the other scope)
+        sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", buf.scope()))
+        return tirx.SeqStmt([tirx.Evaluate(tirx.call_extern("void", "tilex::fence_proxy_async")), sync,
+                             tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt(stores), None), sync])
+
     # ---- layout inference -------------------------------------------------------------------------------------
     def infer_layout(self, ctx, level):
         sb, db = self.src.buffer, self.dst.buffer
+        if level == InferLevel.STRICT and ctx.layout_map.get(sb) is None and self.tma_store_ok(ctx.target):
+            return {sb: self._tma_layout()}
         s_frag, d_frag = is_fragment(sb), is_fragment(db)
         if not (s_frag or d_frag) or level == InferLevel.STRICT:
             return {}
@@ -136,6 +184,9 @@ class CopyOp(TileOp):
         sb, db = self.src.buffer, self.dst.buffer
         if is_local(sb) or is_local(db):
             return self._lower_local(ctx)
+        if self.tma_store_ok(ctx.target) and ctx.layout_map.get(sb) is not None \
+                and ctx.layout_map[sb].is_equal(self._tma_layout()):
+            return self._lower_tma_store(ctx)
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
         frag_side = self.dst if is_fragment(db) else (self.src if is_fragment(sb) else None)
         if frag_side is not None:

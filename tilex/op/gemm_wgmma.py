@@ -112,7 +112,10 @@ def lower(op, ctx, p: WgmmaPlan):
 
     def desc(region, swz, k_major, rows, coord):
         buf, idx = ctx.physical_index(region.buffer, region.index(coord))
-        ptr = buf.access_ptr("r", offset=ctx.analyzer.simplify(idx[0]), extent=1)
+        # a warp-specialized consumer reads stages that only TMA writes (ordered by mbarriers): its pointer must not
+        # count as a generic read, or TVM's ThreadSync wants barriers inside the consumer's branch
+        mask = 0 if ctx.async_mma == 2 else "r"
+        ptr = buf.access_ptr(mask, offset=ctx.analyzer.simplify(idx[0]), extent=1)
         lbo = 16 if k_major else rows * swz  # MN-major: the next plane of the contiguous dimension
         return tirx.call_extern("uint64", "tilex::wgmma_desc", ptr, lbo, 8 * swz, swz)
 

@@ -88,7 +88,8 @@ class TmaLoadOp(TileOp):
         for p in range(cols // elems):
             idx = list(self.dst.mins[:-2]) + [self.dst.mins[-2], self.dst.mins[-1] + p * elems]
             phys, off = ctx.physical_index(buf, idx)
-            dst_ptr = tirx.address_of(tirx.BufferLoad(phys, off))
+            # written by the async proxy, ordered by the stage's mbarrier: not an access for TVM's ThreadSync
+            dst_ptr = phys.access_ptr(0, offset=off[0], extent=1)
             out.append(tirx.Evaluate(tirx.call_extern("void", "tilex::tma_load_2d", dst_ptr, tirx.address_of(tmap),
                                                       bar, col0 + p * elems, row0)))
         return out[0] if len(out) == 1 else tirx.SeqStmt(out)

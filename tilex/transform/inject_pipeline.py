@@ -196,12 +196,13 @@ class _Pipeliner:
             tirx.For(i, 0, stages, tirx.ForKind.UNROLLED, _seq([ext("tilex::mbar_init", ptr(full, i), 1),
                                                                  ext("tilex::mbar_init", ptr(empty, i), warps)])),
             ext("tilex::mbar_init_fence")]), None)])
+        # (the barrier after the consumers' final wgmma wait, below, plays the same role as in `rewrite`)
         producer = tirx.AttrStmt(base, WS_PIPELINE_BASE, n, producer)
         consumer = tirx.AttrStmt(base, WS_PIPELINE_BASE, n, consumer)
         return _seq([tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, self.threads, producer),
-                     consumer, _extern("tilex::wgmma_wait<0>")])
+                     consumer, _extern("tilex::wgmma_wait<0>"), _sync()])
 
     def _multi_buffer(self, produced, stages):
         bufmap = {}
@@ -243,7 +244,9 @@ class _Pipeliner:
             # (wgmma_wait<1>), which frees stage (k - 1) % S == (k + S - 1) % S for the refill issued after it
             compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 1, compute)
             step = landed + [compute] + refill
-            tail = [_extern("tilex::wgmma_wait<0>")]
+            # a barrier after the last MMAs: shared memory written after the loop (an epilogue tile) may reuse the
+            # bytes of stages that another warpgroup's MMAs are still reading until its own wait
+            tail = [_extern("tilex::wgmma_wait<0>"), _sync()]
         else:
             # one barrier per iteration: after it every thread (a) sees stage k % S and (b) has finished computing
             # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k
