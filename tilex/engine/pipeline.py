@@ -21,7 +21,7 @@ from tilex.transform.inject_pipeline import inject_pipeline
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
 from tilex.transform.persistent_tiles import persistent_tiles
-from tilex.transform.warp_specialize import NamedBarriers, warp_specialize
+from tilex.transform.warp_specialize import NamedBarriers, UnfoldRoles, warp_specialize
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 
 PIPELINE_NAME = "tilex"
@@ -54,6 +54,7 @@ def tvm_passes(config):
         # merge first: buffers that end up sharing memory then look like one buffer to ThreadSync, which
         # inserts the barriers their reuse needs
         s_tir.transform.MergeSharedMemoryAllocations(),
+        UnfoldRoles,  # warp-specialized kernels: let ThreadSync see the consumer's statements unconditionally
         s_tir.transform.ThreadSync("shared"),
         s_tir.transform.ThreadSync("shared.dyn"),
         NamedBarriers,  # warp-specialized kernels: consumer-only barriers
