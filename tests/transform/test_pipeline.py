@@ -106,3 +106,10 @@ def test_warp_specialized_cuda_has_wgmma_and_tma_and_compiles():
     assert "tilex::wgmma_m64n256k16_f16" in src and "__launch_bounds__(384, 1)" in src
     assert "__syncthreads" not in src.split("tilex::reg_alloc")[1]  # consumers use named barriers only
     compile_cuda(src, "sm_90a")
+
+
+def test_too_much_shared_memory_is_a_clear_error():
+    """128x256x64 tiles in 5 stages need 241 KB per block: a ValueError naming the size and the limit."""
+    with pytest.raises(ValueError, match=r"shared memory of one block is 246784 bytes .* more than the 232448"):
+        build(matmul(4096, 4096, 4096, 128, 256, 64, 5, 256), SM90)
+    build(matmul(4096, 4096, 4096, 128, 256, 64, 4, 256), SM90)  # 4 stages (193 KB) fit

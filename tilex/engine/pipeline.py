@@ -54,6 +54,7 @@ def tvm_passes(config):
         # merge first: buffers that end up sharing memory then look like one buffer to ThreadSync, which
         # inserts the barriers their reuse needs
         s_tir.transform.MergeSharedMemoryAllocations(),
+        CheckSharedMemory,
         UnfoldRoles,  # warp-specialized kernels: let ThreadSync see the consumer's statements unconditionally
         s_tir.transform.ThreadSync("shared"),
         s_tir.transform.ThreadSync("shared.dyn"),
@@ -64,6 +65,43 @@ def tvm_passes(config):
         tirx.transform.BF16StorageLegalize(),
     ]
     return passes
+
+
+SHARED_LIMIT = {90: 232448, 80: 166912, 86: 101376, 87: 166912, 89: 101376, 100: 232448}  # bytes per block
+SHARED_ERROR = "tilex: shared memory"
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.CheckSharedMemory")
+def CheckSharedMemory(func, mod, ctx):  # noqa: N802
+    """After merging: the block's shared memory (static + dynamic, 1 KB alignment pad included) must fit."""
+    from tilex._tir import walk
+    from tilex.op.base import target_arch
+
+    target = tvm.target.Target.current(allow_none=True)
+    if target is None or target.kind.name != "cuda":
+        return func
+    arch = target_arch(target)[0]
+    limit = SHARED_LIMIT.get(arch, 232448 if arch >= 90 else 101376)
+    sizes = {"shared": 0, "shared.dyn": 0}
+
+    def on_alloc(node):
+        scope = node.buffer.scope()
+        if scope in sizes:
+            n = 1
+            for e in node.buffer.shape:
+                n = n * int(e) if isinstance(e, tirx.IntImm) else n
+            sizes[scope] += n * tvm.DataType(str(node.buffer.dtype)).bits // 8
+
+    walk(func.body, (tirx.AllocBuffer, on_alloc))
+    static = sizes["shared"]
+    if sizes["shared.dyn"] and static:
+        static = (static + 1023) // 1024 * 1024  # the dynamic part starts on a 1 KB boundary
+    total = static + sizes["shared.dyn"]
+    if total > limit:
+        raise ValueError(f"{SHARED_ERROR} of one block is {total} bytes ({total / 1024:.1f} KB), more than the "
+                         f"{limit} bytes an sm_{arch} multiprocessor offers; use fewer pipeline stages or smaller "
+                         f"tiles")
+    return func
 
 
 def _tilex_pipeline():
@@ -93,4 +131,10 @@ def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | N
     ours, theirs = config.split(pass_configs)
     with config.scope(ours), tvm.transform.PassContext(opt_level=3, config=theirs), target:
         mod = tvm.IRModule({name: run_tile_passes(func, target)})
-        return tvm.compile(mod, target=target, tir_pipeline=PIPELINE_NAME)
+        try:
+            return tvm.compile(mod, target=target, tir_pipeline=PIPELINE_NAME)
+        except Exception as e:  # noqa: BLE001 - our check raised inside TVM's pass manager: give it back as is
+            msg = str(e)
+            if SHARED_ERROR in msg:
+                raise ValueError(msg[msg.index(SHARED_ERROR):].splitlines()[0]) from None
+            raise
