@@ -33,6 +33,12 @@ def Pipelined(num_iters, num_stages=0, order=None, stage=None, sync=None, group=
     if group is not None or sync is not None:
         raise NotImplementedError("T.Pipelined(group=/sync=) is not supported yet")
     ann = {NUM_STAGES: int(num_stages)}
+    if order is not None or stage is not None:
+        import warnings
+
+        warnings.warn("T.Pipelined(order=, stage=): tilex derives the pipeline schedule itself (copies ahead, "
+                      "compute in the last stage); the explicit schedule is recorded but not used yet",
+                      stacklevel=2)
     if order is not None:
         ann[PIPELINE_ORDER] = [int(x) for x in order]
     if stage is not None:
