@@ -11,12 +11,18 @@ as T.use_swizzle asks, the marker is consumed) and continuing the pipeline acros
 stage ``g % S`` and phase ``g // S % 2`` of iteration ``g = i * n + k`` stay consistent between the two roles.
 The producer thereby loads the next tile's first stages while the consumers run the previous tile's epilogue,
 and barrier setup and launch cost are paid once per block instead of once per tile.
+When the grid has an even number of block rows (and an even rasterization panel), blocks also run in clusters
+of two (``__cluster_dims__(2, 1, 1)``) on tile pairs: cluster ``c`` walks pairs ``q`` whose tiles are rows
+``2q`` and ``2q + 1`` of one block column. The TMA loads that do not depend on ``by`` (the operand both tiles
+share) are split between the two blocks and multicast into both; each consumer release also arrives on the
+partner's empty barrier (whose count doubles), and cluster barriers replace the setup barrier and guard the
+exit (``tilex.disable_tma_multicast`` turns this off).
 Otherwise: ``base`` is 0 and the attributes are removed (one block per tile, as before).
 
 A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has static x/y
 extents, more tiles than block slots, no ``blockIdx.z``, a trip count that does not depend on the block
-indices, and a consumer that touches no shared memory outside its pipeline loop (such memory may share bytes
-with pipeline stages, which the producer refills for the next tile while the consumers are still there).
+indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live across the
+tile loop, so MergeSharedMemoryAllocations gives it bytes of its own (the producer refills stages meanwhile).
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ import tvm
 from tvm import tirx
 
 from tilex import config, env
-from tilex._tir import BufferLoadNode, map_nodes, walk
+from tilex._tir import map_nodes, walk
 from tilex.op.partition import substitute
 from tilex.transform.inject_pipeline import WS_PIPELINE_BASE
 from tilex.transform.thread_block_swizzle import _drop_markers, _find_markers, swizzled_block_index
@@ -63,18 +69,6 @@ def _free_vars(expr):
     out = set()
     walk(expr, (tvm.ir.Var, lambda v: out.add(v)))
     return out
-
-
-def _uses_shared(stmt):
-    hits = []
-
-    def on_load(node):
-        buf = node.source if isinstance(node, BufferLoadNode) else node.buffer
-        if buf.scope() in ("shared", "shared.dyn"):
-            hits.append(buf)
-
-    walk(stmt, [(BufferLoadNode, on_load), (tirx.BufferStore, on_load)])
-    return bool(hits)
 
 
 def _blocks_per_sm(stmt):
@@ -141,11 +135,8 @@ def _plan(func, attrs, target):
     split = [s for s in items if _is_role_split(s)]
     if len(split) != 1:
         return None
-    consumer = split[0].else_case
-    stmts = list(consumer.body.seq) if isinstance(consumer.body, tirx.SeqStmt) else [consumer.body]
-    # shared memory the consumer touches outside its pipeline loop (an epilogue staging tile) is live across the
-    # whole tile loop, so MergeSharedMemoryAllocations cannot give it the bytes of a stage the producer refills
-    # meanwhile; the CUDA test test_staged_epilogue_does_not_alias_stages checks that
+    # (shared memory the consumer touches outside its pipeline loop is live across the whole tile loop, so it
+    # never shares bytes with a stage; tests/transform/test_persistent_tiles.py checks the offsets)
     grid = min(slots, tiles)
     pair = _pair_plan(split[0].then_case, tags, extents, _find_markers(func.body), grid)
     return chain, tags, extents, grid, pair

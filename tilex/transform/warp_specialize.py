@@ -7,7 +7,12 @@ Produces: the block grows by one warpgroup (C + 128 threads). After the allocati
 barriers and the whole block synchronizes once; then threads >= C lower their register budget and one of them
 runs the producer loop, while threads < C raise theirs and run every other statement of the kernel (prologue,
 consumer loop, epilogue) inside a ``tilex.ws_consumer`` region, whose barriers `NamedBarriers` later turns into
-consumer-only named barriers (``__syncthreads`` would wait for the producer).
+consumer-only named barriers (``__syncthreads`` would wait for the producer). The register split follows from
+occupancy (`register_budget`: blocks per SM from shared memory, the producer keeps 40 registers).
+
+Also here, run among TVM's passes: `UnfoldRoles` (before ThreadSync: the role split as two statements in
+sequence, so ThreadSync may place the consumers' barriers) and `NamedBarriers` (after it: fold back, named
+barriers in the consumer region).
 """
 from __future__ import annotations
 
