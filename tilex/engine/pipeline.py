@@ -21,7 +21,7 @@ from tilex.transform.inject_pipeline import inject_pipeline
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
 from tilex.transform.persistent_tiles import persistent_tiles
-from tilex.transform.warp_specialize import NamedBarriers, UnfoldRoles, warp_specialize
+from tilex.transform.warp_specialize import BulkStoreWaits, NamedBarriers, UnfoldRoles, warp_specialize
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 
 PIPELINE_NAME = "tilex"
@@ -59,6 +59,7 @@ def tvm_passes(config):
         s_tir.transform.ThreadSync("shared"),
         s_tir.transform.ThreadSync("shared.dyn"),
         NamedBarriers,  # warp-specialized kernels: consumer-only barriers
+        BulkStoreWaits,  # TMA stores: the issuing thread waits for the shared-memory reads before barriers
         tirx.transform.SplitHostDevice(),
         tirx.transform.MakePackedAPI(),
         tirx.transform.FP8StorageLegalize(),

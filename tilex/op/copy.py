@@ -84,8 +84,9 @@ class CopyOp(TileOp):
 
     def _lower_tma_store(self, ctx):
         """Every thread fences its shared-memory writes for the async proxy and syncs; one thread stores the tile
-        box by box and waits until the boxes have been read, and a second barrier keeps the tile from being
-        overwritten before that."""
+        box by box and commits the bulk group. It does not wait here: `BulkStoreWaits` makes that thread wait
+        for the boxes to be read before the next barrier (every later write of the tile comes after one, which
+        ThreadSync places because the store counts as a read) and before the kernel ends."""
         from tilex.op.tma_load import tma_box
 
         rows, cols, swz, elems = tma_box(self.src)
@@ -95,15 +96,14 @@ class CopyOp(TileOp):
         stores = []
         for p in range(cols // elems):
             phys, off = ctx.physical_index(buf, [0, p * elems])
-            stores.append(tirx.Evaluate(tirx.call_extern(  # (read by the async proxy between the barriers below)
-                "void", "tilex::tma_store_2d", tirx.address_of(tmap), phys.access_ptr(0, offset=off[0], extent=1),
-                col0 + p * elems, row0)))
-        stores += [tirx.Evaluate(tirx.call_extern("void", "tilex::bulk_commit")),
-                   tirx.Evaluate(tirx.call_extern("void", "tilex::bulk_wait_read<0>"))]
+            stores.append(tirx.Evaluate(tirx.call_extern(
+                "void", "tilex::tma_store_2d", tirx.address_of(tmap),
+                phys.access_ptr("r", offset=off[0], extent=rows * elems), col0 + p * elems, row0)))
+        stores.append(tirx.Evaluate(tirx.call_extern("void", "tilex::bulk_commit")))
         # the scope names the ThreadSync pass that sees this barrier (it ignores barriers of the other scope)
         sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", buf.scope()))
         return tirx.SeqStmt([tirx.Evaluate(tirx.call_extern("void", "tilex::fence_proxy_async")), sync,
-                             tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt(stores), None), sync])
+                             tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt(stores), None)])
 
     # ---- layout inference -------------------------------------------------------------------------------------
     def infer_layout(self, ctx, level):

@@ -208,3 +208,43 @@ def _converted(consumer):
     found = []
     walk(consumer.body, (tirx.Evaluate, lambda e: found.append(e) if _is_sync(e) else None))
     return not found
+
+
+BARRIER_EXTERNS = ("tilex::named_barrier_sync", "tilex::cluster_sync")
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.BulkStoreWaits")
+def BulkStoreWaits(func, mod, ctx):  # noqa: N802
+    """Kernels with TMA stores (issued by thread 0): before every block/named/cluster barrier and at the end of
+    the kernel, thread 0 waits until its bulk stores have read their shared-memory tiles. A barrier ordering a
+    later write of such a tile after the store therefore also orders it after the read, without the store
+    itself waiting (in a persistent kernel the wait lands a whole mainloop later, when it costs nothing)."""
+    found = []
+    walk(func.body, (tvm.ir.Call, lambda c: found.append(c) if isinstance(c.op, tvm.ir.Op)
+                     and c.op.name == "tirx.call_extern" and str(c.args[0].value) == "tilex::tma_store_2d" else None))
+    if not found:
+        return func
+    thread = []
+    walk(func.body, (tirx.AttrStmt, lambda a: thread.append(a.node.var) if a.attr_key == "thread_extent"
+                     and a.node.thread_tag == "threadIdx.x" else None))
+    if not thread:
+        return func
+    t = thread[0]
+
+    def wait():
+        return tirx.IfThenElse(t == 0, _ext("tilex::bulk_wait_read<0>"), None)
+
+    def on_eval(ev):
+        v = ev.value
+        is_barrier = _is_sync(ev) or (isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op)
+                                      and v.op.name == "tirx.call_extern" and str(v.args[0].value) in BARRIER_EXTERNS)
+        return tirx.SeqStmt([wait(), ev]) if is_barrier else ev
+
+    body = map_nodes(func.body, (tirx.Evaluate, on_eval))
+
+    def on_attr(a):
+        if a.attr_key == "thread_extent" and a.node.thread_tag == "threadIdx.x":
+            return tirx.AttrStmt(a.node, a.attr_key, a.value, tirx.SeqStmt([a.body, wait()]))
+        return a
+
+    return func.with_body(map_nodes(body, (tirx.AttrStmt, on_attr)))
