@@ -1,4 +1,5 @@
-"""Autotune the GEMM of gemm_kernels.py over 8 configurations and compare the best with torch (cuBLAS).
+"""Autotune the GEMM of gemm_kernels.py over 8 configurations (incl. C staged through shared memory) and compare
+the best with torch (cuBLAS).
 
     python examples/autotune_gemm.py                  # 4096^3 float16
     python examples/autotune_gemm.py --size 8192 --dtype bfloat16 --no-cache
@@ -21,14 +22,14 @@ import tilex  # noqa: E402
 from tilex.autotuner import AutoTuner  # noqa: E402
 
 CONFIGS = [
-    dict(bm=128, bn=128, bk=64, num_stages=3, threads=128, swizzle=0),
     dict(bm=128, bn=128, bk=64, num_stages=4, threads=256, swizzle=8),
-    dict(bm=128, bn=256, bk=64, num_stages=3, threads=256, swizzle=0),
     dict(bm=128, bn=256, bk=64, num_stages=4, threads=256, swizzle=0),
-    dict(bm=128, bn=256, bk=64, num_stages=3, threads=256, swizzle=8),
-    dict(bm=256, bn=128, bk=64, num_stages=3, threads=256, swizzle=8),
+    dict(bm=128, bn=256, bk=64, num_stages=4, threads=256, swizzle=16),
+    dict(bm=128, bn=256, bk=64, num_stages=3, threads=256, swizzle=0, stage_c=True),
+    dict(bm=128, bn=256, bk=64, num_stages=3, threads=256, swizzle=16, stage_c=True),
+    dict(bm=256, bn=128, bk=64, num_stages=3, threads=256, swizzle=8, stage_c=True),
     dict(bm=64, bn=256, bk=64, num_stages=4, threads=128, swizzle=0),
-    dict(bm=64, bn=128, bk=64, num_stages=4, threads=128, swizzle=0),
+    dict(bm=64, bn=128, bk=128, num_stages=4, threads=128, swizzle=0),
 ]
 
 
