@@ -36,3 +36,13 @@ def kernel_info(func) -> KernelInfo | None:
             raise ValueError(f"tile operators need a 1-d thread block (T.Kernel(..., threads=int)), got {threads}")
     var, n = threads["threadIdx.x"]
     return KernelInfo(var, n, blocks)
+
+
+def launch_chain(attr):
+    """The consecutive ``thread_extent`` attributes starting at `attr`, outermost first."""
+    chain = []
+    node = attr
+    while isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
+        chain.append(node)
+        node = node.body
+    return chain

@@ -35,8 +35,13 @@ from tilex import config, env
 from tilex._tir import map_nodes, walk
 from tilex.op.partition import substitute
 from tilex.transform.inject_pipeline import WS_PIPELINE_BASE
-from tilex.transform.thread_block_swizzle import _drop_markers, _find_markers, swizzled_block_index
-from tilex.transform.warp_specialize import WS_CONSUMER
+from tilex.transform.kernel_scope import launch_chain
+from tilex.transform.thread_block_swizzle import (
+    _drop_markers,
+    _find_markers,
+    swizzled_block_index,
+)
+from tilex.transform.warp_specialize import _ext, _is_role_split, extern_name
 
 
 def _base_attrs(stmt):
@@ -56,15 +61,6 @@ def _resolve_base(stmt, value_of):
     return map_nodes(stmt, (tirx.AttrStmt, on_attr), order="post")
 
 
-def _launch_chain(body):
-    chain = []
-    node = body
-    while isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
-        chain.append(node)
-        node = node.body
-    return chain
-
-
 def _free_vars(expr):
     out = set()
     walk(expr, (tvm.ir.Var, lambda v: out.add(v)))
@@ -75,10 +71,9 @@ def _blocks_per_sm(stmt):
     found = []
 
     def on_call(node):
-        if isinstance(node.op, tvm.ir.Op) and node.op.name == "tirx.call_extern":
-            m = re.match(r"tilex::min_blocks_per_sm<(\d+)>", str(node.args[0].value))
-            if m:
-                found.append(int(m.group(1)))
+        m = re.match(r"tilex::min_blocks_per_sm<(\d+)>", extern_name(node) or "")
+        if m:
+            found.append(int(m.group(1)))
 
     walk(stmt, (tvm.ir.Call, on_call))
     return found[0] if found else 1
@@ -106,7 +101,7 @@ def _plan(func, attrs, target):
     def on_attr(node):
         nonlocal chain
         if chain is None and node.attr_key == "thread_extent":
-            chain = _launch_chain(node)
+            chain = launch_chain(node)
 
     walk(func.body, (tirx.AttrStmt, on_attr), order="pre")
     tags = {a.node.thread_tag: a for a in chain}
@@ -144,7 +139,7 @@ def _plan(func, attrs, target):
 
 def _tma_loads(stmt):
     found = []
-    walk(stmt, (tirx.Evaluate, lambda n: found.append(n) if _extern_name(n) == "tilex::tma_load_2d" else None))
+    walk(stmt, (tirx.Evaluate, lambda n: found.append(n) if extern_name(n) == "tilex::tma_load_2d" else None))
     return found
 
 
@@ -160,25 +155,13 @@ def _pair_plan(producer, tags, extents, markers, grid):
     return len(shared) > 0 and len(shared) % 2 == 0
 
 
-def _extern_name(stmt):
-    if isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call):
-        call = stmt.value
-        if isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern":
-            return str(call.args[0].value)
-    return None
-
-
-def _ext(name, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))
-
-
 def _multicast_shared_loads(producer, by_var, rank):
     """Loads that do not depend on ``by``: the pair member whose rank matches issues every other one, multicast
     into both blocks' shared memory (same offsets, each block's barrier is signalled)."""
     seen = []
 
     def on_eval(node):
-        if _extern_name(node) != "tilex::tma_load_2d" or by_var in _free_vars(node.value):
+        if extern_name(node) != "tilex::tma_load_2d" or by_var in _free_vars(node.value):
             return node
         j = len(seen)
         seen.append(node)
@@ -193,7 +176,7 @@ def _release_to_both(consumer, rank):
     partner's producer multicasts into this block's stage too."""
 
     def on_eval(node):
-        if _extern_name(node) != "tilex::mbar_arrive":
+        if extern_name(node) != "tilex::mbar_arrive":
             return node
         return tirx.SeqStmt([node, _ext("tilex::mbar_arrive_cluster", node.value.args[1], 1 - rank)])
 
@@ -205,7 +188,7 @@ def _pair_setup(stmt):
     cluster barrier (the partner arrives remotely and multicasts into this block)."""
 
     def on_eval(node):
-        name = _extern_name(node)
+        name = extern_name(node)
         if name == "tilex::mbar_init":
             bar, count = node.value.args[1], node.value.args[2]
             if "tma_empty" in str(bar):
@@ -293,15 +276,5 @@ def _rewrite(body, chain, tags, extents, grid, pair=False):
     return new_body
 
 
-def _is_role_split(stmt):
-    """The ``if threadIdx.x >= consumers: producer else: consumers`` statement WarpSpecialize builds."""
-    return (isinstance(stmt, tirx.IfThenElse) and isinstance(stmt.else_case, tirx.AttrStmt)
-            and stmt.else_case.attr_key == WS_CONSUMER)
-
-
 def _is_reg_alloc(stmt):
-    if not isinstance(stmt, tirx.Evaluate) or not isinstance(stmt.value, tvm.ir.Call):
-        return False
-    call = stmt.value
-    return (isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern"
-            and str(call.args[0].value).startswith("tilex::reg_alloc"))
+    return isinstance(stmt, tirx.Evaluate) and (extern_name(stmt) or "").startswith("tilex::reg_alloc")

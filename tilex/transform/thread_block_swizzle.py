@@ -32,6 +32,7 @@ from tvm.ir import Op
 
 from tilex._tir import mutate, walk
 from tilex.language.annotate import SWIZZLE_ORDERS, USE_SWIZZLE_OP
+from tilex.transform.kernel_scope import launch_chain
 
 
 def _marker(stmt):
@@ -74,16 +75,6 @@ def swizzled_block_index(hx, hy, gx, gy, panel_size, order="row"):
     return (slow, fast) if order == "row" else (fast, slow)
 
 
-def _launch_chain(attr):
-    """The consecutive ``thread_extent`` attributes starting at `attr`, outermost first."""
-    chain = []
-    node = attr
-    while isinstance(node, tirx.AttrStmt) and node.attr_key == "thread_extent":
-        chain.append(node)
-        node = node.body
-    return chain
-
-
 def _drop_markers(stmt):
     def on_seq(seq, m):
         items = [m.mutate(s) for s in seq.seq if _marker(s) is None]
@@ -104,7 +95,7 @@ def _find_markers(stmt):
 
 
 def _rewrite_launch(attr, panel_size, order):
-    chain = _launch_chain(attr)
+    chain = launch_chain(attr)
     ivs = {a.node.thread_tag: a for a in chain}
     body = _drop_markers(chain[-1].body)
     if "blockIdx.x" not in ivs or "blockIdx.y" not in ivs:

@@ -77,6 +77,14 @@ def _ext(name, *args):
     return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
 
+def extern_name(node):
+    """The function name of a ``call_extern`` (a Call, or an Evaluate of one), else None."""
+    call = node.value if isinstance(node, tirx.Evaluate) else node
+    if isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern":
+        return str(call.args[0].value)
+    return None
+
+
 def warp_specialize(func):
     info = kernel_info(func)
     if info is None:
@@ -220,8 +228,7 @@ def BulkStoreWaits(func, mod, ctx):  # noqa: N802
     later write of such a tile after the store therefore also orders it after the read, without the store
     itself waiting (in a persistent kernel the wait lands a whole mainloop later, when it costs nothing)."""
     found = []
-    walk(func.body, (tvm.ir.Call, lambda c: found.append(c) if isinstance(c.op, tvm.ir.Op)
-                     and c.op.name == "tirx.call_extern" and str(c.args[0].value) == "tilex::tma_store_2d" else None))
+    walk(func.body, (tvm.ir.Call, lambda c: found.append(c) if extern_name(c) == "tilex::tma_store_2d" else None))
     if not found:
         return func
     thread = []
@@ -235,10 +242,7 @@ def BulkStoreWaits(func, mod, ctx):  # noqa: N802
         return tirx.IfThenElse(t == 0, _ext("tilex::bulk_wait_read<0>"), None)
 
     def on_eval(ev):
-        v = ev.value
-        is_barrier = _is_sync(ev) or (isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op)
-                                      and v.op.name == "tirx.call_extern" and str(v.args[0].value) in BARRIER_EXTERNS)
-        return tirx.SeqStmt([wait(), ev]) if is_barrier else ev
+        return tirx.SeqStmt([wait(), ev]) if _is_sync(ev) or extern_name(ev) in BARRIER_EXTERNS else ev
 
     body = map_nodes(func.body, (tirx.Evaluate, on_eval))
 
