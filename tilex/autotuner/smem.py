@@ -16,57 +16,26 @@ import logging
 
 __all__ = ["shared_memory_bytes", "shared_memory_usage", "device_shared_memory_limit", "arch_shared_memory_limit", "ARCH_SMEM_LIMITS"]
 
+from tilex.engine.shared_memory import ARCH_SMEM_LIMITS, arch_shared_memory_limit  # noqa: F401 (re-exported)
+
 logger = logging.getLogger("tilex.autotuner")
 
-#: Opt-in shared memory per block (bytes) by compute capability ``(major, minor)``, from the CUDA programming
-#: guide's table of technical specifications; used when no GPU is visible (e.g. compiling for "sm_90a" on a
-#: CPU-only machine).
-ARCH_SMEM_LIMITS = {
-    (7, 0): 96 * 1024, (7, 5): 64 * 1024,
-    (8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 7): 163 * 1024, (8, 9): 99 * 1024,
-    (9, 0): 227 * 1024,
-    (10, 0): 227 * 1024, (10, 3): 227 * 1024, (11, 0): 227 * 1024,
-    (12, 0): 99 * 1024, (12, 1): 99 * 1024,
-}
-
 _MERGE_PASS = "MergeSharedMemoryAllocations"
-
-
-def _alloc_bytes(buf) -> int | None:
-    import tvm
-
-    n = 1
-    for d in buf.shape:
-        try:
-            n *= int(d)
-        except (TypeError, ValueError):
-            return None
-    dt = tvm.DataType(str(buf.dtype))
-    return (n * dt.bits * dt.lanes + 7) // 8
 
 
 def _sum_shared(mod) -> dict:
     from tvm import tirx
 
-    from tilex._tir import walk
+    from tilex.engine.shared_memory import shared_usage
 
     usage = {"dynamic": 0, "static": 0}
     unknown = []
-
-    def on_alloc(node):
-        buf = node.buffer
-        scope = str(buf.scope())
-        if not scope.startswith("shared"):
-            return
-        b = _alloc_bytes(buf)
-        if b is None:
-            unknown.append(buf.name)
-        else:
-            usage["dynamic" if scope == "shared.dyn" else "static"] += b
-
     for _gv, f in mod.functions.items():
         if isinstance(f, tirx.PrimFunc):
-            walk(f.body, (tirx.AllocBuffer, on_alloc))
+            u, names = shared_usage(f.body)
+            usage["dynamic"] += u["dynamic"]
+            usage["static"] += u["static"]
+            unknown += names
     if unknown:
         raise ValueError(f"shared buffer(s) {', '.join(unknown)} have a shape that is not a constant")
     return usage
@@ -113,15 +82,6 @@ def shared_memory_bytes(func, target="auto", pass_configs=None, merged: bool = T
     ``target`` (see :func:`shared_memory_usage`)."""
     u = shared_memory_usage(func, target, pass_configs, merged)
     return u["dynamic"] + u["static"]
-
-
-def arch_shared_memory_limit(arch: str) -> int | None:
-    """Opt-in shared memory per block for an arch like ``"sm_90a"`` (``None`` if unknown)."""
-    from tilex import env
-
-    digits = env.normalize_arch(arch)[3:].rstrip("af")
-    major, minor = int(digits[:-1]), int(digits[-1])
-    return ARCH_SMEM_LIMITS.get((major, minor))
 
 
 def device_shared_memory_limit(device=None) -> int | None:

@@ -68,32 +68,22 @@ def tvm_passes(config):
     return passes
 
 
-SHARED_LIMIT = {90: 232448, 80: 166912, 86: 101376, 87: 166912, 89: 101376, 100: 232448}  # bytes per block
 SHARED_ERROR = "tilex: shared memory"
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.CheckSharedMemory")
 def CheckSharedMemory(func, mod, ctx):  # noqa: N802
     """After merging: the block's shared memory (static + dynamic, 1 KB alignment pad included) must fit."""
-    from tilex._tir import walk
+    from tilex.engine.shared_memory import arch_shared_memory_limit, shared_usage
     from tilex.op.base import target_arch
 
     target = tvm.target.Target.current(allow_none=True)
     if target is None or target.kind.name != "cuda":
         return func
     arch = target_arch(target)[0]
-    limit = SHARED_LIMIT.get(arch, 232448 if arch >= 90 else 101376)
-    sizes = {"shared": 0, "shared.dyn": 0}
-
-    def on_alloc(node):
-        scope = node.buffer.scope()
-        if scope in sizes:
-            n = 1
-            for e in node.buffer.shape:
-                n = n * int(e) if isinstance(e, tirx.IntImm) else n
-            sizes[scope] += n * tvm.DataType(str(node.buffer.dtype)).bits // 8
-
-    walk(func.body, (tirx.AllocBuffer, on_alloc))
+    limit = arch_shared_memory_limit(f"sm_{arch}") or (232448 if arch >= 90 else 101376)
+    usage, _ = shared_usage(func.body)
+    sizes = {"shared": usage["static"], "shared.dyn": usage["dynamic"]}
     static = sizes["shared"]
     if sizes["shared.dyn"] and static:
         static = (static + 1023) // 1024 * 1024  # the dynamic part starts on a 1 KB boundary

@@ -16,6 +16,7 @@ Disable with ``TILEX_DISABLE_CACHE=1`` or :func:`disable`.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -73,36 +74,29 @@ def reset() -> None:
     _enabled_override = None
 
 
-def _headers_digest() -> str:
+def _files_digest(root: str, rels) -> str:
+    """sha256 over (relative path, content digest) of each file, in the given order."""
     h = hashlib.sha256()
-    root = env.include_dir()
-    for rel in env.header_files():
-        h.update(rel.encode())
-        h.update(b"\0")
+    for rel in rels:
+        h.update(rel.encode() + b"\0")
         with open(os.path.join(root, rel), "rb") as f:
             h.update(hashlib.sha256(f.read()).digest())
     return h.hexdigest()
 
 
-_PACKAGE_DIGEST = None
+def _headers_digest() -> str:
+    return _files_digest(env.include_dir(), env.header_files())
 
 
+@functools.lru_cache(maxsize=None)
 def _package_digest() -> str:
     """Digest of tilex's own Python sources: a changed pass must not be answered with an old kernel."""
-    global _PACKAGE_DIGEST
-    if _PACKAGE_DIGEST is None:
-        h = hashlib.sha256()
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        for dirpath, dirnames, files in os.walk(root):
-            dirnames.sort()
-            for name in sorted(files):
-                if name.endswith(".py"):
-                    path = os.path.join(dirpath, name)
-                    h.update(os.path.relpath(path, root).encode() + b"\0")
-                    with open(path, "rb") as f:
-                        h.update(hashlib.sha256(f.read()).digest())
-        _PACKAGE_DIGEST = h.hexdigest()
-    return _PACKAGE_DIGEST
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    rels = []
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames.sort()
+        rels += [os.path.relpath(os.path.join(dirpath, n), root) for n in sorted(files) if n.endswith(".py")]
+    return _files_digest(root, rels)
 
 
 def _jsonable(obj: Any) -> Any:

@@ -20,6 +20,7 @@ import tvm
 from tvm import tirx
 
 from tilex._tir import map_nodes, walk
+from tilex.engine.shared_memory import buffer_bits, buffer_bytes
 from tilex.transform.inject_pipeline import WS_INIT, WS_PRODUCER
 from tilex.transform.kernel_scope import kernel_info
 
@@ -30,27 +31,11 @@ SMEM_RESERVED_PER_BLOCK = 1024  # the driver keeps 1 KB of shared memory per res
 
 
 def _shared_bytes(allocs):
-    total = 0
-    for a in allocs:
-        buf = a.buffer
-        if buf.scope() in ("shared", "shared.dyn"):
-            n = 1
-            for e in buf.shape:
-                n *= int(e)
-            total += n * tvm.DataType(buf.dtype).bits // 8
-    return total
+    return sum(buffer_bytes(a.buffer) for a in allocs if a.buffer.scope() in ("shared", "shared.dyn"))
 
 
 def _local_words(allocs):
-    words = 0
-    for a in allocs:
-        buf = a.buffer
-        if buf.scope() == "local":
-            n = 1
-            for e in buf.shape:
-                n *= int(e)
-            words += (n * tvm.DataType(buf.dtype).bits + 31) // 32
-    return words
+    return sum((buffer_bits(a.buffer) + 31) // 32 for a in allocs if a.buffer.scope() == "local")
 
 
 def register_budget(consumers, smem_bytes, local_words=0):
