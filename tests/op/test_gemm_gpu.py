@@ -96,6 +96,7 @@ ISSUE_SHAPES = [(4096, 4096, 4096, (128, 256, 64, 4, 256, 0)), (8192, 8192, 8192
                 (4000, 3000, 1000, (128, 256, 64, 4, 256, 8)), (3900, 4100, 1000, (128, 256, 64, 4, 256, 0))]
 SCHEDULES = {"persistent+multicast": None, "persistent": {"tilex.disable_tma_multicast": True},
              "one block per tile": {"tilex.disable_persistent": True},
+             "one block per tile, clusters of 4": {"tilex.disable_persistent": True, "tilex.cluster_size": 4},
              "no warp specialization": {"tilex.disable_warp_specialized": True}}
 
 

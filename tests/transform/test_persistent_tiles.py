@@ -97,3 +97,28 @@ def test_staged_epilogue_does_not_alias_stages():
     for off in store_planes:
         assert f"(((0 ^ 0) * 8) + {off})])" in src
     assert "+ 57344)])), ((unsigned long long)(&(B_tmap" in src  # B's stages start after C
+
+
+@pytest.mark.parametrize("size", [2, 4])
+def test_one_wave_grids_cluster_along_x_and_multicast_a(size):
+    """128 column blocks over N fit in one wave: no persistence, but clusters of `size` blocks along x share the
+    A tile (it does not depend on bx); member j % size issues A's boxes for everyone."""
+    script = _script(matmul(128, 8192, 8192, 128, 64, 128, 4, 256), **{"tilex.cluster_size": size})
+    assert 'T.launch_thread("blockIdx.x", 128)' in script and "tile_c" not in script
+    assert f"tilex::cluster_dims<{size}>" in script
+    assert script.count("tilex::tma_load_2d_multicast") == 2 and script.count('"tilex::tma_load_2d"') == 1
+    assert script.count("tilex::mbar_arrive_cluster") == size - 1
+    assert f"tma_empty[bar_i]), {8 * size})" in script  # 8 consumer warps per member
+
+
+@pytest.mark.parametrize("cfg", [{"tilex.disable_tma_multicast": True}, {}])
+def test_row_clusters_need_an_even_grid_and_no_rasterization(cfg):
+    odd = _script(matmul(128, 8192 - 64, 8192, 128, 64, 128, 4, 256), **cfg)  # 127 column blocks
+    assert "cluster" not in odd
+    swz = _script(matmul(128, 8192, 8192, 128, 64, 128, 4, 256, swizzle=4), **cfg)
+    assert "cluster" not in swz
+
+
+def test_cluster_size_is_checked():
+    with pytest.raises(Exception, match="cluster_size must be 2 or 4"):
+        _script(matmul(128, 8192, 8192, 128, 64, 128, 4, 256), **{"tilex.cluster_size": 3})

@@ -85,7 +85,14 @@ def persistent_tiles(func, target=None):
         return func
     plan = _plan(func, attrs, target)
     if plan is None:
-        return func.with_body(_resolve_base(func.body, lambda a: tirx.const(0, "int32")))
+        body = _resolve_base(func.body, lambda a: tirx.const(0, "int32"))
+        cluster = _row_cluster_plan(body, target)
+        if cluster is None:
+            return func.with_body(body)
+        chain, size = cluster
+        new_launch = _rewrite_row_cluster(chain, size)
+        return func.with_body(map_nodes(body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(chain[0]) else n),
+                                        order="pre"))
     outer = plan[0][0]
     new_launch = _rewrite(outer, *plan)
     return func.with_body(map_nodes(func.body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(outer) else n),
@@ -155,44 +162,48 @@ def _pair_plan(producer, tags, extents, markers, grid):
     return len(shared) > 0 and len(shared) % 2 == 0
 
 
-def _multicast_shared_loads(producer, by_var, rank):
-    """Loads that do not depend on ``by``: the pair member whose rank matches issues every other one, multicast
-    into both blocks' shared memory (same offsets, each block's barrier is signalled)."""
+def _multicast_shared_loads(producer, var, rank, size=2):
+    """Loads that do not depend on `var` (the operand every block of the cluster shares): load j is issued by the
+    member of rank ``j % size`` and multicast into all members' shared memory (same offsets, each member's
+    barrier is signalled), so each block still receives every box."""
     seen = []
 
     def on_eval(node):
-        if extern_name(node) != "tilex::tma_load_2d" or by_var in _free_vars(node.value):
+        if extern_name(node) != "tilex::tma_load_2d" or var in _free_vars(node.value):
             return node
         j = len(seen)
         seen.append(node)
         args = list(node.value.args[1:])
-        return tirx.IfThenElse(rank == j % 2, _ext("tilex::tma_load_2d_multicast", *args, 3), None)
+        return tirx.IfThenElse(rank == j % size, _ext("tilex::tma_load_2d_multicast", *args, (1 << size) - 1),
+                               None)
 
     return map_nodes(producer, (tirx.Evaluate, on_eval))
 
 
-def _release_to_both(consumer, rank):
-    """A consumer release (arrive on the stage's empty barrier) also reaches the partner block's barrier: the
-    partner's producer multicasts into this block's stage too."""
+def _release_to_both(consumer, rank, size=2):
+    """A consumer release (arrive on the stage's empty barrier) also reaches every partner block's barrier: the
+    partners' producers multicast into this block's stage too."""
 
     def on_eval(node):
         if extern_name(node) != "tilex::mbar_arrive":
             return node
-        return tirx.SeqStmt([node, _ext("tilex::mbar_arrive_cluster", node.value.args[1], 1 - rank)])
+        remote = [_ext("tilex::mbar_arrive_cluster", node.value.args[1], tirx.floormod(rank + d, size))
+                  for d in range(1, size)]
+        return tirx.SeqStmt([node] + remote)
 
     return map_nodes(consumer, (tirx.Evaluate, on_eval))
 
 
-def _pair_setup(stmt):
-    """Empty barriers count both blocks' consumer warps; the block barrier after their initialization becomes a
-    cluster barrier (the partner arrives remotely and multicasts into this block)."""
+def _pair_setup(stmt, size=2):
+    """Empty barriers count the consumer warps of every cluster member; the block barrier after their
+    initialization becomes a cluster barrier (partners arrive remotely and multicast into this block)."""
 
     def on_eval(node):
         name = extern_name(node)
         if name == "tilex::mbar_init":
             bar, count = node.value.args[1], node.value.args[2]
             if "tma_empty" in str(bar):
-                return _ext("tilex::mbar_init", bar, count * 2)
+                return _ext("tilex::mbar_init", bar, count * size)
             return node
         v = node.value
         if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == "tirx.tvm_storage_sync":
@@ -278,3 +289,65 @@ def _rewrite(body, chain, tags, extents, grid, pair=False):
 
 def _is_reg_alloc(stmt):
     return isinstance(stmt, tirx.Evaluate) and (extern_name(stmt) or "").startswith("tilex::reg_alloc")
+
+
+def _row_cluster_plan(body, target):
+    """(launch chain, cluster size) when a warp-specialized kernel that is not made persistent (its tiles fit in
+    one wave) should run in clusters along x, the members multicasting the loads that do not depend on ``bx``
+    (for C = A @ B with blocks over N: the A tile every block of a block row reads). This divides the operand's
+    L2-to-SM traffic by the cluster size, which is what limits skinny GEMMs (few rows, many column blocks)."""
+    if config.get("disable_tma_multicast", False):
+        return None
+    size = int(config.get("cluster_size", 0) or 2)
+    if size not in (2, 4):
+        raise ValueError(f"tilex.cluster_size must be 2 or 4, got {size}")
+    chain = None
+
+    def on_attr(node):
+        nonlocal chain
+        if chain is None and node.attr_key == "thread_extent":
+            chain = launch_chain(node)
+
+    walk(body, (tirx.AttrStmt, on_attr), order="pre")
+    if chain is None:
+        return None
+    tags = {a.node.thread_tag: a for a in chain}
+    if "blockIdx.x" not in tags or "threadIdx.x" not in tags or "blockIdx.z" in tags:
+        return None
+    gx = tags["blockIdx.x"].value
+    if not isinstance(gx, tirx.IntImm) or int(gx.value) % size or int(gx.value) < size:
+        return None
+    inner = chain[-1].body
+    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
+    split = [s for s in items if _is_role_split(s)]
+    if len(split) != 1:
+        return None
+    bx_var = tags["blockIdx.x"].node.var
+    shared = [e for e in _tma_loads(split[0].then_case) if bx_var not in _free_vars(e.value)]
+    if not shared or any(_find_markers(body)):
+        return None
+    return chain, size
+
+
+def _rewrite_row_cluster(chain, size):
+    """Clusters of `size` consecutive blocks along x (rank = bx % size) multicasting the bx-independent loads."""
+    tags = {a.node.thread_tag: a for a in chain}
+    bx_var = tags["blockIdx.x"].node.var
+    rank = tirx.floormod(bx_var, size)
+    inner = chain[-1].body
+    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
+    out = []
+    for s in items:
+        if _is_role_split(s):
+            cons = s.else_case
+            s = tirx.IfThenElse(s.condition, _multicast_shared_loads(s.then_case, bx_var, rank, size),
+                                tirx.AttrStmt(cons.node, cons.attr_key, cons.value,
+                                              _release_to_both(cons.body, rank, size)))
+        else:
+            s = _pair_setup(s, size)
+        out.append(s)
+    out = [_ext(f"tilex::cluster_dims<{size}>")] + out + [_ext("tilex::cluster_sync")]
+    new_body = tirx.SeqStmt(out)
+    for a in reversed(chain):
+        new_body = tirx.AttrStmt(a.node, a.attr_key, a.value, new_body)
+    return new_body
