@@ -15,7 +15,7 @@ KNOWN = {
     "disable_tma_store": "shared->global tile copies use per-thread stores instead of a TMA store on sm90",
     "disable_persistent": "warp-specialized kernels launch one block per output tile instead of a persistent grid",
     "disable_tma_multicast": "persistent kernels do not pair blocks in clusters that multicast a shared operand",
-    "cluster_size": "blocks per cluster (2 or 4) when a one-wave warp-specialized grid multicasts its shared operand",
+    "cluster_size": "opt in: a warp-specialized grid that is not made persistent runs in clusters of 2 or 4 blocks along x that multicast the operand not depending on bx",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",
 }
 

@@ -97,6 +97,7 @@ ISSUE_SHAPES = [(4096, 4096, 4096, (128, 256, 64, 4, 256, 0)), (8192, 8192, 8192
 SCHEDULES = {"persistent+multicast": None, "persistent": {"tilex.disable_tma_multicast": True},
              "one block per tile": {"tilex.disable_persistent": True},
              "one block per tile, clusters of 4": {"tilex.disable_persistent": True, "tilex.cluster_size": 4},
+             "one block per tile, clusters of 2": {"tilex.disable_persistent": True, "tilex.cluster_size": 2},
              "no warp specialization": {"tilex.disable_warp_specialized": True}}
 
 

@@ -102,7 +102,7 @@ def test_staged_epilogue_does_not_alias_stages():
 @pytest.mark.parametrize("size", [2, 4])
 def test_one_wave_grids_cluster_along_x_and_multicast_a(size):
     """128 column blocks over N fit in one wave: no persistence, but clusters of `size` blocks along x share the
-    A tile (it does not depend on bx); member j % size issues A's boxes for everyone."""
+    A tile (it does not depend on bx) when tilex.cluster_size asks for it; member j % size issues A's boxes."""
     script = _script(matmul(128, 8192, 8192, 128, 64, 128, 4, 256), **{"tilex.cluster_size": size})
     assert 'T.launch_thread("blockIdx.x", 128)' in script and "tile_c" not in script
     assert f"tilex::cluster_dims<{size}>" in script
@@ -111,12 +111,15 @@ def test_one_wave_grids_cluster_along_x_and_multicast_a(size):
     assert f"tma_empty[bar_i]), {8 * size})" in script  # 8 consumer warps per member
 
 
-@pytest.mark.parametrize("cfg", [{"tilex.disable_tma_multicast": True}, {}])
+@pytest.mark.parametrize("cfg", [{"tilex.disable_tma_multicast": True, "tilex.cluster_size": 2},
+                                 {"tilex.cluster_size": 2}, {}])
 def test_row_clusters_need_an_even_grid_and_no_rasterization(cfg):
     odd = _script(matmul(128, 8192 - 64, 8192, 128, 64, 128, 4, 256), **cfg)  # 127 column blocks
     assert "cluster" not in odd
     swz = _script(matmul(128, 8192, 8192, 128, 64, 128, 4, 256, swizzle=4), **cfg)
     assert "cluster" not in swz
+    if "tilex.cluster_size" not in cfg or cfg.get("tilex.disable_tma_multicast"):  # opt-in, and off with multicast
+        assert "cluster" not in _script(matmul(128, 8192, 8192, 128, 64, 128, 4, 256), **cfg)
 
 
 def test_cluster_size_is_checked():

@@ -292,13 +292,15 @@ def _is_reg_alloc(stmt):
 
 
 def _row_cluster_plan(body, target):
-    """(launch chain, cluster size) when a warp-specialized kernel that is not made persistent (its tiles fit in
-    one wave) should run in clusters along x, the members multicasting the loads that do not depend on ``bx``
-    (for C = A @ B with blocks over N: the A tile every block of a block row reads). This divides the operand's
-    L2-to-SM traffic by the cluster size, which is what limits skinny GEMMs (few rows, many column blocks)."""
-    if config.get("disable_tma_multicast", False):
+    """(launch chain, cluster size) when ``tilex.cluster_size`` asks a warp-specialized kernel that is not made
+    persistent to run in clusters along x, the members multicasting the loads that do not depend on ``bx`` (for
+    C = A @ B with blocks over N: the A tile every block of a block row reads). This divides that operand's
+    L2-to-SM traffic by the cluster size. Opt-in: on the H200 the coupled members made one-wave skinny GEMMs
+    slower (128x8192x8192: 0.96 -> 0.91 of cuBLAS with 2, about half speed with 4, where clusters of four no
+    longer fit in one wave)."""
+    size = int(config.get("cluster_size", 0) or 0)
+    if config.get("disable_tma_multicast", False) or not size:
         return None
-    size = int(config.get("cluster_size", 0) or 2)
     if size not in (2, 4):
         raise ValueError(f"tilex.cluster_size must be 2 or 4, got {size}")
     chain = None
