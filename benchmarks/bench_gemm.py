@@ -6,12 +6,12 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 
 import torch  # noqa: E402
-from gemm_kernels import matmul, matmul_splitk  # noqa: E402
+from gemm_kernels import matmul, matmul_splitk, matmul_swap_ab  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 import tilex  # noqa: E402
 
-CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices[, C staged through shared memory]])
+CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1: swap A/B)[, C staged in shared]])
     (128, 256, 64, 4, 256, 0),
     (128, 256, 64, 4, 256, 16),
     (128, 256, 64, 3, 256, 0, 1, 1),
@@ -23,6 +23,9 @@ CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices[, C 
     (128, 64, 128, 4, 256, 0),
     (64, 128, 64, 4, 128, 0, 4),
     (64, 128, 64, 4, 128, 0, 2),
+    (16, 64, 128, 8, 128, 0, -1),
+    (16, 128, 128, 6, 128, 0, -1),
+    (16, 64, 256, 5, 128, 0, -1),
 ]
 
 
@@ -30,12 +33,23 @@ PASS_CONFIGS = {}
 
 
 def program(M, N, K, dtype, cfg):
-    """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices, an
-    8th (1) = `matmul` writing C through a shared tile (a TMA store on sm90)."""
+    """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices, a
+    7th of -1 = `matmul_swap_ab` (skinny A: blocks compute C^T tiles; skipped when M > 2 * bm), an 8th (1) =
+    `matmul` writing C through a shared tile (a TMA store on sm90)."""
     bm, bn, bk, st, th, sw = cfg[:6]
+    if len(cfg) > 6 and cfg[6] == -1:
+        return matmul_swap_ab(M, N, K, bm, bn, bk, st, th, dtype=dtype)
     if len(cfg) > 6 and cfg[6] > 1:
         return matmul_splitk(M, N, K, bm, bn, bk, st, th, cfg[6], dtype=dtype)
     return matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw, stage_c=len(cfg) > 7 and bool(cfg[7]))
+
+
+def applies(M, dtype, cfg):
+    """Whether a config is tried: split-K adds rounded partials with bf16 atomics (too coarse for the accuracy
+    check), and swap-AB tiles are for skinny A only."""
+    if len(cfg) > 6 and cfg[6] > 1 and dtype == "bfloat16":
+        return False
+    return not (len(cfg) > 6 and cfg[6] == -1 and M > 2 * cfg[0])
 
 
 def runner(kernel, cfg, a, b, c):
@@ -99,8 +113,8 @@ def bench(M, N, K, dtype, configs):
     best = None
     c = torch.empty(M, N, device="cuda", dtype=tdt)
     for cfg in configs:
-        if len(cfg) > 6 and cfg[6] > 1 and dtype == "bfloat16":
-            continue  # split-K adds rounded partials with bf16 atomics: too coarse for the accuracy check
+        if not applies(M, dtype, cfg):
+            continue
         try:
             run = runner(tilex.compile(program(M, N, K, dtype, cfg), pass_configs=PASS_CONFIGS), cfg, a, b, c)
             c.fill_(float("nan"))
@@ -149,7 +163,8 @@ def main():
         shapes = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
                   "16x8192x8192"]
         dtypes = ["float16", "bfloat16"]
-    precompile([(*map(int, s.split("x")), dt, c, PASS_CONFIGS) for dt in dtypes for s in shapes for c in configs],
+    precompile([(*map(int, s.split("x")), dt, c, PASS_CONFIGS) for dt in dtypes for s in shapes for c in configs
+                if applies(int(s.split("x")[0]), dt, c)],
                args.jobs)
     for dt in dtypes:
         for s in shapes:

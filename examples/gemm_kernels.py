@@ -62,3 +62,26 @@ def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, spli
             T.atomic_add(C[by * bm, bx * bn], C_l)
 
     return main
+
+
+def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dtype="float16", accum="float32"):
+    """C = A @ B for skinny A (M well below 64 rows): each block computes the transposed tile C^T = B^T A^T, so
+    the wide dimension N fills the 64-row side of the tensor-core instruction and the few rows of A become its
+    narrow N side (16 or 32) instead of padding A's tile to 64 rows."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            Ct_l = T.alloc_fragment((bn, bm), accum)
+            T.clear(Ct_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(B_s, A_s, Ct_l, transpose_A=True, transpose_B=True)  # (B_s)^T @ (A_s)^T
+            for j, i in T.Parallel(bn, bm):
+                if by * bm + i < M and bx * bn + j < N:
+                    C[by * bm + i, bx * bn + j] = Ct_l[j, i]
+
+    return main

@@ -143,3 +143,19 @@ def test_gemm_staged_epilogue(shape, pc):
                            pass_configs=pc)
     a, b = _operands(M, N, K)
     _assert_product(kernel(a, b), a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", [(16, 8192, 8192, 16, 64, 128, 8, 128), (16, 4096, 2048, 16, 128, 128, 6, 128),
+                                  (5, 1000, 3000, 16, 64, 128, 8, 128), (40, 3000, 1000, 32, 64, 64, 6, 128),
+                                  (16, 2048, 1024, 16, 128, 128, 4, 256)],
+                         ids=lambda c: "x".join(map(str, c[:3])) + f"_{c[3]}x{c[4]}")
+def test_swap_ab_gemm(case, dtype):
+    """Skinny A through C^T = B^T A^T tiles (MN-major A operand, narrow wgmma N), ragged M and N guarded."""
+    from gemm_kernels import matmul_swap_ab
+
+    M, N, K, *cfg = case
+    kernel = tilex.compile(matmul_swap_ab(M, N, K, *cfg, dtype=dtype), out_idx=[2])
+    a, b = _operands(M, N, K, dtype)
+    _assert_product(kernel(a, b), a, b)
