@@ -13,8 +13,8 @@ from tilex._tir import map_nodes
 
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
-from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
-                                fragment_vector_width, pick_vector, static_shape)
+from tilex.op.partition import (access_vectorizable, analyzer_scope, coalesced_plan, emit_by_fragment,
+                                emit_by_plan, fragment_vector_width, pick_vector, static_shape, unflatten)
 from tilex.op.region import READ, WRITE, Region, to_region, tile_shape
 from tilex.op.registry import register_tile_op
 
@@ -110,6 +110,11 @@ class CopyOp(TileOp):
         sb, db = self.src.buffer, self.dst.buffer
         if level == InferLevel.STRICT and ctx.layout_map.get(sb) is None and self.tma_store_ok(ctx.target):
             return {sb: self._tma_layout()}
+        if level == InferLevel.COMMON and is_shared(sb) and is_fragment(db) and ctx.layout_map.get(sb) is None:
+            # after the strict level, so a gemm operand keeps the layout its gemm pinned
+            lay = self._fragment_source_layout(ctx.target)
+            if lay is not None:
+                return {sb: lay}
         s_frag, d_frag = is_fragment(sb), is_fragment(db)
         if not (s_frag or d_frag) or level == InferLevel.STRICT:
             return {}
@@ -132,6 +137,29 @@ class CopyOp(TileOp):
             other = self.src if d_frag else self.dst
             return {frag_buf: self._plan(ctx, other)}
         return {}
+
+    def _fragment_source_layout(self, target):
+        """A swizzled layout for a whole 2-d shared tile read into a fragment (e.g. the A operand of a register-A
+        gemm), or None: its xor spreads the 8 rows x 16 bytes a warp reads at once (a fragment register / an
+        ldmatrix phase) over all banks. sm90 gets the wgmma swizzle, the layout TMA fills."""
+        from tilex.layout import make_swizzled_layout, swizzle_applicable
+        from tilex.layout.wgmma import make_wgmma_operand_layout, wgmma_swizzle_bytes
+        from tilex.op.base import target_arch
+
+        buf = self.src.buffer
+        shape = [int(s) for s in buf.shape]
+        if len(shape) < 2 or [_int(e) for e in self.src.extents[-2:]] != shape[-2:]:
+            return None
+        rows, cols = shape[-2:]
+        bits = tvm.DataType(str(buf.dtype)).bits
+        arch, specific = target_arch(target)
+        if target is not None and arch >= 90 and specific and wgmma_swizzle_bytes(rows, cols, bits):
+            lay = make_wgmma_operand_layout(rows, cols, bits)
+        elif swizzle_applicable(rows, cols, bits):
+            lay = make_swizzled_layout(rows, cols, bits)
+        else:
+            return None
+        return lay.expand(shape[:-2]) if len(shape) > 2 else lay
 
     def _plan(self, ctx, other: Region | None):
         """A coalesced layout over the fragment's full buffer shape, vectorized as far as `other` allows."""
@@ -187,6 +215,10 @@ class CopyOp(TileOp):
         if self.tma_store_ok(ctx.target) and ctx.layout_map.get(sb) is not None \
                 and ctx.layout_map[sb].is_equal(self._tma_layout()):
             return self._lower_tma_store(ctx)
+        if is_shared(sb) and is_fragment(db):
+            stmt = self._lower_ldmatrix(ctx)
+            if stmt is not None:
+                return stmt
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
         frag_side = self.dst if is_fragment(db) else (self.src if is_fragment(sb) else None)
         if frag_side is not None:
@@ -232,6 +264,76 @@ class CopyOp(TileOp):
             # the vector loop of a cp.async is a single call: drop the (vectorized) lane loop
             stmt = _strip_vector_loops(stmt)
         return stmt
+
+    def _ldmatrix_ok(self, ctx, frag):
+        """Whether shared -> fragment can be ``ldmatrix.x4``: a 16-bit 2-d tile whose fragment gives every thread
+        its registers in groups of 8 that form the mma m16k16 A pattern (lane l: rows l//4 and +8, columns
+        2*(l%4) + {0, 1} and +8; the tile's origin shared by the warp) -- the mma.sync and wgmma A fragments --
+        read from 16-byte rows that are contiguous and aligned in the shared layout. Checked by enumeration."""
+        import numpy as np
+
+        sb, db = self.src.buffer, self.dst.buffer
+        shape = [int(x) for x in db.shape]
+        if str(sb.dtype) != str(db.dtype) or tvm.DataType(str(sb.dtype)).bits != 16 or len(shape) != 2:
+            return False
+        if self.extents != shape or list(frag.input_shape) != shape or any(_int(m) != 0 for m in self.src.mins[-2:]):
+            return False
+        if frag.local_size % 8 or frag.thread_extent % 32 or len(frag.local_shape) != 1:
+            return False
+        if [int(x) for x in sb.shape[-2:]] != shape:
+            return False
+        t, l = np.meshgrid(np.arange(frag.thread_extent), np.arange(frag.local_size), indexing="ij")
+        rc = frag.inverse().map_numpy(t, l)
+        row, col = np.asarray(rc[0]), np.asarray(rc[1])
+        lane, e = t % 32, l % 8
+        base = (t - lane, l - e)  # the same warp's lane 0, first register of the group
+        row0, col0 = row[base], col[base]
+        want_row = row0 + lane // 4 + 8 * ((e // 2) % 2)
+        want_col = col0 + (lane % 4) * 2 + e % 2 + 8 * (e // 4)
+        if not (np.array_equal(row, want_row) and np.array_equal(col, want_col) and (col0 % 8 == 0).all()):
+            return False
+        # 8 consecutive columns from an aligned column must stay one aligned 16-byte chunk in shared memory
+        lay = ctx.layout_map.get(sb)
+        r, c = np.meshgrid(np.arange(shape[0]), np.arange(0, shape[1], 8), indexing="ij")
+        lead = [np.zeros_like(r)] * (len(sb.shape) - 2)
+        for j in range(8):
+            if lay is None:
+                off = r * shape[1] + c + j
+            else:
+                out = lay.map_numpy(*lead, r, c + j)
+                off = sum(np.asarray(o) * int(np.prod(lay.output_shape[k + 1:])) for k, o in enumerate(out))
+            if j == 0:
+                first = off
+                if (first % 8).any():
+                    return False
+            elif not np.array_equal(off, first + j):
+                return False
+        return True
+
+    def _lower_ldmatrix(self, ctx):
+        """Shared -> A-operand fragment with one ``ldmatrix.x4`` per 8 registers (None if `_ldmatrix_ok` fails):
+        lane l of the warp points at row l % 16, column 8 * (l // 16) of the group's 16x16 tile."""
+        frag = ctx.layout_map.get(self.dst.buffer)
+        if frag is None or not self._ldmatrix_ok(ctx, frag):
+            return None
+        t = ctx.thread_var
+        lane = tirx.floormod(t, 32)
+        q = tirx.Var("ldm_q", "int32")
+        bind = {t: tvm.ir.Range(0, ctx.threads), q: tvm.ir.Range(0, frag.local_size // 8)}
+        with analyzer_scope(ctx.analyzer, bind):
+            local = unflatten(q * 8, list(frag.local_shape))
+            warp0 = tirx.floordiv(t, 32) * 32
+            row0, col0 = (ctx.analyzer.simplify(x) for x in frag.inverse().map([warp0, *local])[:2])
+            phys, idx = ctx.physical_index(self.src.buffer, self.src.index([row0 + tirx.floormod(lane, 16),
+                                                                            col0 + tirx.floordiv(lane, 16) * 8]))
+            off = ctx.analyzer.simplify(idx[0])
+        dst = ctx.remap[self.dst.buffer].access_ptr("w", offset=q * 8, extent=8)
+        body = tirx.Evaluate(tirx.call_extern("void", "tilex::ldmatrix_x4", dst,
+                                              phys.access_ptr("r", offset=off, extent=8)))
+        body = tirx.For(q, 0, frag.local_size // 8, tirx.ForKind.UNROLLED, body)
+        if frag.thread_extent < ctx.threads:  # (whole warps: ldmatrix is warp-collective)
+            body = tirx.IfThenElse(t < frag.thread_extent, body, None)
+        return body
 
     def _guarded(self, ctx, gix, store, ix):
         cond = self._guard(ctx, gix)

@@ -1,8 +1,11 @@
-"""`T.gemm`: C += A @ B on tensor cores, for tiles in shared memory (A, B) and a register fragment (C).
+"""`T.gemm`: C += A @ B on tensor cores, for B in shared memory, A in shared memory or in a register fragment
+(T.alloc_fragment, "rs"), and C in a register fragment.
 
-sm90 (sm_90a) path: warpgroup MMA from shared memory, see gemm_wgmma.py. sm80+ path: each warp owns a (wm, wn) sub-tile of C; per 16-wide k step it loads A and B with ``ldmatrix`` from
-swizzled shared memory and issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate). Layout inference pins
-the swizzled shared layouts of A and B and the mma accumulator fragment of C at the strict level.
+sm90 (sm_90a) path: warpgroup MMA, see gemm_wgmma.py. sm80+ path: each warp owns a (wm, wn) sub-tile of C; per
+16-wide k step it loads A and B with ``ldmatrix`` from swizzled shared memory (an A fragment is used in place) and
+issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate). Layout inference pins the swizzled shared layouts of
+the shared operands, the instruction's A register layout of an A fragment and the accumulator fragment of C at
+the strict level; copies and T.Parallel loops that fill an A fragment then follow its layout.
 """
 from __future__ import annotations
 
@@ -93,10 +96,19 @@ class GemmOp(TileOp):
         a, b, c = self.A.buffer, self.B.buffer, self.C.buffer
         if not is_fragment(c):
             raise TileOpError(f"T.gemm: C ('{c.name}') must be a fragment (T.alloc_fragment), got scope {c.scope()}")
-        for name, buf in (("A", a), ("B", b)):
-            if not is_shared(buf):
-                raise TileOpError(f"T.gemm: {name} ('{buf.name}') in scope '{buf.scope()}' is not supported yet; "
-                                  f"put it in shared memory (T.alloc_shared)")
+        if not is_shared(b):
+            raise TileOpError(f"T.gemm: B ('{b.name}') in scope '{b.scope()}' is not supported; "
+                              f"put it in shared memory (T.alloc_shared)")
+        if is_fragment(a):
+            if self.trans_a:
+                raise TileOpError(f"T.gemm: transpose_A with A in registers ('{a.name}') is not supported; "
+                                  f"store the fragment as (M, K) = ({self.M}, {self.K}) and pass transpose_A=False")
+            if [int(s) for s in a.shape] != [self.M, self.K]:
+                raise TileOpError(f"T.gemm: an A fragment must be used whole as an {self.M}x{self.K} tile, got "
+                                  f"{a.name}{list(a.shape)}")
+        elif not is_shared(a):
+            raise TileOpError(f"T.gemm: A ('{a.name}') in scope '{a.scope()}' is not supported; put it in shared "
+                              f"memory (T.alloc_shared) or a register fragment (T.alloc_fragment)")
         if str(a.dtype) != str(b.dtype) or str(a.dtype) not in _IN_DTYPES or str(c.dtype) != "float32":
             raise TileOpError(f"T.gemm: unsupported dtypes A={a.dtype}, B={b.dtype}, C={c.dtype}; "
                               f"supported: float16/bfloat16 inputs with a float32 accumulator")
@@ -107,7 +119,7 @@ class GemmOp(TileOp):
         return partition_warps(self.M, self.N, threads // 32, self.policy)
 
     def infer_layout(self, ctx, level):
-        from tilex.layout import make_mma_accumulator_fragment, make_swizzled_layout
+        from tilex.layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
 
         if level != InferLevel.STRICT:
             return {}
@@ -115,15 +127,20 @@ class GemmOp(TileOp):
         c = self.C.buffer
         if [int(s) for s in c.shape] != [self.M, self.N]:
             raise TileOpError(f"T.gemm: C must be a whole {self.M}x{self.N} fragment, got {c.name}{list(c.shape)}")
+        a_frag = is_fragment(self.A.buffer)
         wg = gemm_wgmma.plan(self, ctx.threads, ctx.target)
         if wg is not None:
             out = gemm_wgmma.operand_layouts(self)
             out[c] = gemm_wgmma.accumulator_layout(self, wg)
+            if a_frag:
+                out[self.A.buffer] = gemm_wgmma.a_fragment_layout(self, wg)
             return out
         out = {}
+        if a_frag:
+            out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn)
         for r in (self.A, self.B):
             buf = r.buffer
-            if ctx.layout_map.get(buf) is None and buf not in out:
+            if is_shared(buf) and ctx.layout_map.get(buf) is None and buf not in out:
                 shape = [int(s) for s in buf.shape]
                 lay = make_swizzled_layout(shape[-2], shape[-1], tvm.DataType(str(buf.dtype)).bits)
                 if len(shape) > 2:
@@ -148,7 +165,8 @@ class GemmOp(TileOp):
                          tirx.BufferStore(ctx.remap[self.C.buffer], tirx.const(0, "float32"), [z]))]
 
     def _lower_mma(self, ctx, wm_n, wn_n):
-        """sm80 path: ldmatrix from swizzled shared memory + mma.sync.m16n8k16 per warp."""
+        """sm80 path: ldmatrix from swizzled shared memory + mma.sync.m16n8k16 per warp (an A fragment already
+        holds the instruction's registers: make_mma_a_fragment)."""
         wm, wn = self.M // wm_n, self.N // wn_n
         mi_n, ni_n = wm // 16, wn // 8
         in_ty = _IN_DTYPES[str(self.A.buffer.dtype)]
@@ -157,6 +175,7 @@ class GemmOp(TileOp):
         warp = tirx.floordiv(t, 32)
         wi = tirx.floordiv(warp, wn_n)
         wj = tirx.floormod(warp, wn_n)
+        a_in_regs = is_fragment(self.A.buffer)
         a_frag = tirx.decl_buffer((mi_n * 8,), self.A.buffer.dtype, "A_frag", scope="local")
         b_frag = tirx.decl_buffer((ni_n * 4,), self.B.buffer.dtype, "B_frag", scope="local")
         c_loc = ctx.remap[self.C.buffer]
@@ -175,13 +194,16 @@ class GemmOp(TileOp):
 
         # A: rows m, cols k (or the transpose in memory)
         m_base = wi * wm + mi * 16
-        if not self.trans_a:
+        if a_in_regs:
+            load_a = None
+        elif not self.trans_a:
             a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16), ki * 16 + tirx.floordiv(lane, 16) * 8)
             load_a = _extern("tilex::ldmatrix_x4", frag_ptr(a_frag, mi * 8), a_ptr)
         else:
             a_ptr = smem_ptr(self.A, ki * 16 + r8 + tirx.floordiv(grp, 2) * 8, m_base + tirx.floormod(grp, 2) * 8)
             load_a = _extern("tilex::ldmatrix_x4_trans", frag_ptr(a_frag, mi * 8), a_ptr)
-        load_a = tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, load_a)
+        if load_a is not None:
+            load_a = tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, load_a)
 
         # B: two n8 tiles per ldmatrix.x4; an odd last tile uses ldmatrix.x2
         def load_b(n_base, x4):
@@ -193,7 +215,7 @@ class GemmOp(TileOp):
             ptr = smem_ptr(self.B, n_base + r8 + tirx.floordiv(g, 2) * 8, ki * 16 + tirx.floormod(g, 2) * 8)
             return f"tilex::ldmatrix_{suffix}", ptr
 
-        stmts = [load_a]
+        stmts = [] if load_a is None else [load_a]
         if ni_n // 2:
             fn, ptr = load_b(wj * wn + nj * 16, True)
             stmts.append(tirx.For(nj, 0, ni_n // 2, tirx.ForKind.UNROLLED,
@@ -201,11 +223,16 @@ class GemmOp(TileOp):
         if ni_n % 2:
             fn, ptr = load_b(wj * wn + (ni_n - 1) * 8, False)
             stmts.append(_extern(fn, frag_ptr(b_frag, (ni_n - 1) * 4), ptr))
+        if a_in_regs:  # registers of m16 tile mi, k-step ki in the fragment's local order
+            a_regs = ctx.remap[self.A.buffer].access_ptr("r", offset=(mi * (self.K // 16) + ki) * 8, extent=8)
+        else:
+            a_regs = a_frag.access_ptr("r", offset=mi * 8, extent=8)
         mma = _extern(f"tilex::mma_m16n8k16_{in_ty}", c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4),
-                      a_frag.access_ptr("r", offset=mi * 8, extent=8), b_frag.access_ptr("r", offset=ni * 4, extent=4))
+                      a_regs, b_frag.access_ptr("r", offset=ni * 4, extent=4))
         stmts.append(tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, tirx.For(ni, 0, ni_n, tirx.ForKind.UNROLLED, mma)))
         body = tirx.For(ki, 0, self.K // 16, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
-        return tirx.SeqStmt([tirx.AllocBuffer(a_frag), tirx.AllocBuffer(b_frag)] + self._clear(ctx) + [body])
+        allocs = ([] if a_in_regs else [tirx.AllocBuffer(a_frag)]) + [tirx.AllocBuffer(b_frag)]
+        return tirx.SeqStmt(allocs + self._clear(ctx) + [body])
 
 
 def _extern(name, *args):

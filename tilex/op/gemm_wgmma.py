@@ -1,9 +1,11 @@
-"""The sm90 half of T.gemm: warpgroup MMA (``wgmma.mma_async``) with both operands read from shared memory.
+"""The sm90 half of T.gemm: warpgroup MMA (``wgmma.mma_async``), B read from shared memory, A from shared memory
+or from a register fragment (the "rs" form).
 
 Selected by `GemmOp` on sm_90a targets when the block is whole warpgroups and the tiles fit (see `plan`). Each
 warpgroup owns a (wm, wn) slab of C; per 16-wide k step it issues one ``m64nNk16`` per 64 rows (N <= 256 per
-instruction). Operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
-(transposed in the instruction) as the program stores them.
+instruction). Shared operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
+(transposed in the instruction) as the program stores them; an A fragment gets the wgmma A register layout
+(`make_wgmma_a_fragment`, replicated over the warpgroups that split N).
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import tvm
 from tvm import tirx
 
 from tilex import config
-from tilex.op.base import is_shared, target_arch
+from tilex.op.base import is_fragment, is_shared, target_arch
 
 _TY = {"float16": "f16", "bfloat16": "bf16"}
 
@@ -32,7 +34,8 @@ def plan(op, threads, target):
     arch, arch_specific = target_arch(target)
     if arch < 90 or not arch_specific or config.get("disable_wgmma", False):
         return None
-    if threads % 128 or str(op.A.buffer.dtype) not in _TY or not (is_shared(op.A.buffer) and is_shared(op.B.buffer)):
+    a_ok = is_shared(op.A.buffer) or (is_fragment(op.A.buffer) and not op.trans_a)
+    if threads % 128 or str(op.A.buffer.dtype) not in _TY or not (a_ok and is_shared(op.B.buffer)):
         return None
     for r in (op.A, op.B):  # operands must be whole 2-d (trailing) tiles of their buffers
         if [int(s) for s in r.buffer.shape[-2:]] != [int(e) for e in r.extents[-2:]]:
@@ -64,10 +67,15 @@ def _operand_dims(op):
     return [(op.A, a_rows, a_cols, not op.trans_a), (op.B, b_rows, b_cols, op.trans_b)]
 
 
+def _smem_operands(op):
+    """The `_operand_dims` entries of the operands read from shared memory (B, and A unless it is a fragment)."""
+    return [d for d in _operand_dims(op) if is_shared(d[0].buffer)]
+
+
 def _operand_ok(op):
     from tilex.layout.wgmma import wgmma_swizzle_bytes
 
-    for region, rows, cols, k_major in _operand_dims(op):
+    for region, rows, cols, k_major in _smem_operands(op):
         s = wgmma_swizzle_bytes(rows, cols, tvm.DataType(str(region.buffer.dtype)).bits)
         if s == 0:
             return False
@@ -80,7 +88,7 @@ def operand_layouts(op):
     from tilex.layout.wgmma import make_wgmma_operand_layout
 
     out = {}
-    for region, rows, cols, _ in _operand_dims(op):
+    for region, rows, cols, _ in _smem_operands(op):
         buf = region.buffer
         lay = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
         shape = [int(s) for s in buf.shape]
@@ -96,6 +104,13 @@ def accumulator_layout(op, p: WgmmaPlan):
     return make_wgmma_accumulator_fragment(op.M, op.N, p.wg_m, p.wg_n)
 
 
+def a_fragment_layout(op, p: WgmmaPlan):
+    """Register layout of an A fragment: the rows of each warpgroup row slab, held by that slab's wg_n warpgroups."""
+    from tilex.layout.wgmma import make_wgmma_a_fragment
+
+    return make_wgmma_a_fragment(op.M, op.K, p.wg_m, p.wg_n)
+
+
 def lower(op, ctx, p: WgmmaPlan):
     from tilex.layout.wgmma import wgmma_swizzle_bytes
 
@@ -105,7 +120,7 @@ def lower(op, ctx, p: WgmmaPlan):
     col0 = tirx.floormod(g, p.wg_n) * p.wn
     bits = tvm.DataType(str(op.A.buffer.dtype)).bits
     (a_reg, a_rows, a_cols, a_kmaj), (b_reg, b_rows, b_cols, b_kmaj) = _operand_dims(op)
-    sa = wgmma_swizzle_bytes(a_rows, a_cols, bits)
+    a_in_regs = is_fragment(op.A.buffer)
     sb = wgmma_swizzle_bytes(b_rows, b_cols, bits)
     c_loc = ctx.remap[op.C.buffer]
     ki, mb, nb = (tirx.Var(n, "int32") for n in ("wk", "wm", "wn"))
@@ -121,13 +136,21 @@ def lower(op, ctx, p: WgmmaPlan):
 
     m_at = row0 + mb * 64
     n_at = col0 + nb * p.n_inst
-    a_coord = [m_at, ki * 16] if a_kmaj else [ki * 16, m_at]
     b_coord = [ki * 16, n_at] if not b_kmaj else [n_at, ki * 16]
-    da = desc(op.A, sa, a_kmaj, a_rows, a_coord)
     db = desc(op.B, sb, b_kmaj, b_rows, b_coord)
-    fn = f"tilex::wgmma_m64n{p.n_inst}k16_{_TY[str(op.A.buffer.dtype)]}<{int(not a_kmaj)}, {int(not b_kmaj)}>"
+    ty = _TY[str(op.A.buffer.dtype)]
     acc = c_loc.access_ptr("rw", offset=mb * (p.wn // 2) + nb * (p.n_inst // 2), extent=p.n_inst // 2)
-    inst = tirx.Evaluate(tirx.call_extern("void", fn, acc, da, db, 1))
+    if a_in_regs:
+        # this thread's 8 A elements of (64-row block mb, k-step ki): see make_wgmma_a_fragment
+        a_ptr = ctx.remap[op.A.buffer].access_ptr("r", offset=(mb * (op.K // 16) + ki) * 8, extent=8)
+        fn = f"tilex::wgmma_m64n{p.n_inst}k16_rs_{ty}<{int(not b_kmaj)}>"
+        inst = tirx.Evaluate(tirx.call_extern("void", fn, acc, a_ptr, db, 1))
+    else:
+        sa = wgmma_swizzle_bytes(a_rows, a_cols, bits)
+        a_coord = [m_at, ki * 16] if a_kmaj else [ki * 16, m_at]
+        da = desc(op.A, sa, a_kmaj, a_rows, a_coord)
+        fn = f"tilex::wgmma_m64n{p.n_inst}k16_{ty}<{int(not a_kmaj)}, {int(not b_kmaj)}>"
+        inst = tirx.Evaluate(tirx.call_extern("void", fn, acc, da, db, 1))
     body = tirx.For(nb, 0, p.wn // p.n_inst, tirx.ForKind.UNROLLED, inst)
     body = tirx.For(mb, 0, p.wm // 64, tirx.ForKind.UNROLLED, body)
     body = tirx.For(ki, 0, op.K // 16, tirx.ForKind.UNROLLED, body)
@@ -135,12 +158,14 @@ def lower(op, ctx, p: WgmmaPlan):
     if ctx.async_mma:
         # in a software pipeline that fenced and synchronized the landed stage already: leave this k-tile's MMAs
         # in flight and wait for the previous one only; with several warpgroups, a barrier makes sure every
-        # warpgroup finished reading the stage the pipeline refills next
-        tail = [_ext("tilex::wgmma_commit"), _ext("tilex::wgmma_wait<1>")]
+        # warpgroup finished reading the stage the pipeline refills next. Not with A in registers: the next
+        # iteration rewrites them, which the PTX ISA allows only once the wgmma reading them has completed.
+        tail = [_ext("tilex::wgmma_commit"), _ext("tilex::wgmma_wait<0>" if a_in_regs else "tilex::wgmma_wait<1>")]
         if ctx.threads > 128 and ctx.async_mma == 1:  # (warp-specialized loops release stages per warp instead)
             tail.append(sync)
         return [_ext("tilex::wgmma_fence"), body] + tail
-    # smem written by st.shared / cp.async must be fenced into the async proxy before the barrier wgmma waits on
+    # smem written by st.shared / cp.async must be fenced into the async proxy before the barrier wgmma waits on;
+    # wgmma_fence orders this thread's register writes (accumulator, A fragment) before the wgmma reads them
     return [_ext("tilex::fence_proxy_async"), sync, _ext("tilex::wgmma_fence"), body, _ext("tilex::wgmma_commit"),
             _ext("tilex::wgmma_wait<0>")]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex.op.base import TileOp, TileOpError, is_global, is_shared
+from tilex.op.base import InferLevel, TileOp, TileOpError, is_global, is_shared
 from tilex.op.region import READ, WRITE, Region
 from tilex.op.registry import register_tile_op
 
@@ -68,14 +68,25 @@ class TmaLoadOp(TileOp):
     def describe(self):
         return f"tma_load({self.src} -> {self.dst})"
 
-    def lower(self, ctx):
+    def _layout(self):
         from tilex.layout.wgmma import make_wgmma_operand_layout
 
-        rows, cols, swz, elems = tma_box(self.dst)
+        rows, cols, _, _ = tma_box(self.dst)
         buf = self.dst.buffer
         want = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
-        if len(buf.shape) > 2:
-            want = want.expand([int(s) for s in buf.shape[:-2]])
+        return want.expand([int(s) for s in buf.shape[:-2]]) if len(buf.shape) > 2 else want
+
+    def infer_layout(self, ctx, level):
+        # a stage the consumers read only with generic loads (a T.copy into a register fragment, a T.Parallel)
+        # has no gemm to pin its layout: the TMA box needs this one
+        if level == InferLevel.STRICT and ctx.layout_map.get(self.dst.buffer) is None:
+            return {self.dst.buffer: self._layout()}
+        return {}
+
+    def lower(self, ctx):
+        rows, cols, swz, elems = tma_box(self.dst)
+        buf = self.dst.buffer
+        want = self._layout()
         have = ctx.layout_map.get(buf)
         if have is None or not have.is_equal(want):
             raise TileOpError(f"{self.describe()}: the shared tile '{buf.name}' must have the wgmma swizzle layout "
