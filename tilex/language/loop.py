@@ -29,20 +29,30 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None):
 
 def Pipelined(num_iters, num_stages=0, order=None, stage=None, sync=None, group=None, start=None):
     """``for k in T.Pipelined(n, num_stages=3)``: a serial loop whose global->shared copies are software-pipelined
-    over `num_stages` shared-memory buffers (cp.async on sm80+)."""
+    over `num_stages` shared-memory buffers (cp.async on sm80+).
+
+    An explicit schedule gives, for each top-level statement i of the loop body, the pipeline stage it runs in
+    (``stage[i]``: statement i of iteration k runs together with stage-0 statements of iteration k + stage[i]) and
+    its position in the steady-state loop body (``order[i]``, a permutation). The pipeline then has
+    max(stage) + 1 stages (this overrides `num_stages`); InjectSoftwarePipeline checks it against the body.
+    """
     if group is not None or sync is not None:
         raise NotImplementedError("T.Pipelined(group=/sync=) is not supported yet")
     ann = {NUM_STAGES: int(num_stages)}
-    if order is not None or stage is not None:
-        import warnings
-
-        warnings.warn("T.Pipelined(order=, stage=): tilex derives the pipeline schedule itself (copies ahead, "
-                      "compute in the last stage); the explicit schedule is recorded but not used yet",
-                      stacklevel=2)
     if order is not None:
-        ann[PIPELINE_ORDER] = [int(x) for x in order]
+        order = [int(x) for x in order]
+        if sorted(order) != list(range(len(order))):
+            raise ValueError(f"T.Pipelined(order={order}): order must be a permutation of 0..{len(order) - 1} "
+                             f"(the position of each loop-body statement in the pipelined loop body)")
+        ann[PIPELINE_ORDER] = order
     if stage is not None:
-        ann[PIPELINE_STAGE] = [int(x) for x in stage]
+        stage = [int(x) for x in stage]
+        if any(s < 0 for s in stage):
+            raise ValueError(f"T.Pipelined(stage={stage}): stages must be >= 0")
+        ann[PIPELINE_STAGE] = stage
+    if order is not None and stage is not None and len(order) != len(stage):
+        raise ValueError(f"T.Pipelined: order has {len(order)} entries but stage has {len(stage)}; both need one "
+                         f"entry per top-level statement of the loop body")
     if start is not None:
         return _ir.serial(start, num_iters, annotations=ann)
     return _ir.serial(0, num_iters, annotations=ann)
