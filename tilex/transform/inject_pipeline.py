@@ -601,11 +601,20 @@ class _Pipeliner:
         warps = self.threads // 32
         compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 2,
                                 _retarget(_seq(consumers), bufmap, s))
+        lane0 = tirx.floormod(t, 32) == 0
         release = tirx.IfThenElse(
-            tirx.And(g > 0, tirx.floormod(t, 32) == 0),
+            tirx.And(k - loop.min > 0, lane0),
             ext("tilex::mbar_arrive", ptr(empty, tirx.floormod(g - 1, stages))), None)
         consumer = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq([
             ext("tilex::mbar_wait", ptr(full, s), tirx.floormod(it, 2)), compute, release]))
+        # the last stage is released as soon as its MMAs have completed, not by the next tile's first iteration:
+        # in a persistent kernel the producer can then fill all S stages while the consumers run the epilogue
+        last = base + n - loop.min - 1
+        trips = tvm.sym.Analyzer().simplify(n - loop.min)
+        cond = lane0 if isinstance(trips, tirx.IntImm) and trips.value > 0 else tirx.And(trips > 0, lane0)
+        drain = _seq([_extern("tilex::wgmma_wait<0>"), tirx.IfThenElse(
+            cond, ext("tilex::mbar_arrive", ptr(empty, tirx.floormod(last, stages))), None)])
+        consumer = _seq([consumer, drain])
         i = tirx.Var("bar_i", "int32")
         init = _seq([tirx.IfThenElse(t == 0, _seq([
             tirx.For(i, 0, stages, tirx.ForKind.UNROLLED, _seq([ext("tilex::mbar_init", ptr(full, i), 1),
@@ -617,7 +626,7 @@ class _Pipeliner:
         return _seq([tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, self.threads, producer),
-                     consumer, _extern("tilex::wgmma_wait<0>"), _sync()])
+                     consumer, _sync()])
 
     def _multi_buffer(self, versions):
         """{buffer: its multi-buffered form} for {buffer: versions wanted}. The form holds the most versions any
