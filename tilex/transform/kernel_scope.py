@@ -38,6 +38,19 @@ def kernel_info(func) -> KernelInfo | None:
     return KernelInfo(var, n, blocks)
 
 
+def outer_launch_chain(body):
+    """The launch chain (see `launch_chain`) of the outermost ``thread_extent`` attribute in `body`, or None."""
+    chain = None
+
+    def on_attr(node):
+        nonlocal chain
+        if chain is None and node.attr_key == "thread_extent":
+            chain = launch_chain(node)
+
+    walk(body, (tirx.AttrStmt, on_attr), order="pre")
+    return chain
+
+
 def launch_chain(attr):
     """The consecutive ``thread_extent`` attributes starting at `attr`, outermost first."""
     chain = []

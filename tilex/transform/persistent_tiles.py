@@ -35,7 +35,7 @@ from tilex import config, env
 from tilex._tir import map_nodes, walk
 from tilex.op.partition import substitute
 from tilex.transform.inject_pipeline import WS_PIPELINE_BASE
-from tilex.transform.kernel_scope import launch_chain
+from tilex.transform.kernel_scope import outer_launch_chain
 from tilex.transform.thread_block_swizzle import (
     _drop_markers,
     _find_markers,
@@ -90,27 +90,31 @@ def persistent_tiles(func, target=None):
         if cluster is None:
             return func.with_body(body)
         chain, size = cluster
-        new_launch = _rewrite_row_cluster(chain, size)
-        return func.with_body(map_nodes(body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(chain[0]) else n),
-                                        order="pre"))
+        return func.with_body(_replace_launch(body, chain[0], _rewrite_row_cluster(chain, size)))
     outer = plan[0][0]
-    new_launch = _rewrite(outer, *plan)
-    return func.with_body(map_nodes(func.body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(outer) else n),
-                                    order="pre"))
+    return func.with_body(_replace_launch(func.body, outer, _rewrite(outer, *plan)))
+
+
+def _replace_launch(body, outer, new_launch):
+    return map_nodes(body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(outer) else n), order="pre")
+
+
+def _launch_items(chain):
+    """The statements directly inside the launch chain (the block's top-level statements)."""
+    inner = chain[-1].body
+    return list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
+
+
+def _loads_not_depending_on(producer, var):
+    """The producer's TMA loads whose coordinates do not use `var`: the operand blocks differing in `var` share."""
+    return [e for e in _tma_loads(producer) if var not in _free_vars(e.value)]
 
 
 def _plan(func, attrs, target):
     if config.get("disable_persistent", False):
         return None
     # the outermost launch chain holds the grid and the block
-    chain = None
-
-    def on_attr(node):
-        nonlocal chain
-        if chain is None and node.attr_key == "thread_extent":
-            chain = launch_chain(node)
-
-    walk(func.body, (tirx.AttrStmt, on_attr), order="pre")
+    chain = outer_launch_chain(func.body)
     tags = {a.node.thread_tag: a for a in chain}
     if "blockIdx.z" in tags or "blockIdx.x" not in tags or "threadIdx.x" not in tags:
         return None
@@ -132,9 +136,7 @@ def _plan(func, attrs, target):
     tiles = extents["blockIdx.x"] * extents["blockIdx.y"]
     if tiles <= slots:
         return None
-    inner = chain[-1].body
-    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
-    split = [s for s in items if _is_role_split(s)]
+    split = [s for s in _launch_items(chain) if _is_role_split(s)]
     if len(split) != 1:
         return None
     # (shared memory the consumer touches outside its pipeline loop is live across the whole tile loop, so it
@@ -157,8 +159,7 @@ def _pair_plan(producer, tags, extents, markers, grid):
         return False
     if extents["blockIdx.y"] % 2 or grid % 2 or (markers and markers[0][0] % 2) or (markers and markers[0][1] != "row"):
         return False
-    by_var = tags["blockIdx.y"].node.var
-    shared = [e for e in _tma_loads(producer) if by_var not in _free_vars(e.value)]
+    shared = _loads_not_depending_on(producer, tags["blockIdx.y"].node.var)
     return len(shared) > 0 and len(shared) % 2 == 0
 
 
@@ -249,10 +250,8 @@ def _rewrite(body, chain, tags, extents, grid, pair=False):
         trips = tirx.floordiv(units - 1 - first, stride) + 1  # units first, first + stride, ... below `units`
         return tirx.For(i, 0, trips, tirx.ForKind.SERIAL, stmt)
 
-    inner = chain[-1].body
-    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
     out = []
-    for s in items:
+    for s in _launch_items(chain):
         if _is_role_split(s):
             prod_branch, cons = s.then_case, s.else_case
             p_items = list(prod_branch.seq) if isinstance(prod_branch, tirx.SeqStmt) else [prod_branch]
@@ -303,14 +302,7 @@ def _row_cluster_plan(body, target):
         return None
     if size not in (2, 4):
         raise ValueError(f"tilex.cluster_size must be 2 or 4, got {size}")
-    chain = None
-
-    def on_attr(node):
-        nonlocal chain
-        if chain is None and node.attr_key == "thread_extent":
-            chain = launch_chain(node)
-
-    walk(body, (tirx.AttrStmt, on_attr), order="pre")
+    chain = outer_launch_chain(body)
     if chain is None:
         return None
     tags = {a.node.thread_tag: a for a in chain}
@@ -319,13 +311,10 @@ def _row_cluster_plan(body, target):
     gx = tags["blockIdx.x"].value
     if not isinstance(gx, tirx.IntImm) or int(gx.value) % size or int(gx.value) < size:
         return None
-    inner = chain[-1].body
-    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
-    split = [s for s in items if _is_role_split(s)]
+    split = [s for s in _launch_items(chain) if _is_role_split(s)]
     if len(split) != 1:
         return None
-    bx_var = tags["blockIdx.x"].node.var
-    shared = [e for e in _tma_loads(split[0].then_case) if bx_var not in _free_vars(e.value)]
+    shared = _loads_not_depending_on(split[0].then_case, tags["blockIdx.x"].node.var)
     if not shared or any(_find_markers(body)):
         return None
     return chain, size
@@ -336,10 +325,8 @@ def _rewrite_row_cluster(chain, size):
     tags = {a.node.thread_tag: a for a in chain}
     bx_var = tags["blockIdx.x"].node.var
     rank = tirx.floormod(bx_var, size)
-    inner = chain[-1].body
-    items = list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
     out = []
-    for s in items:
+    for s in _launch_items(chain):
         if _is_role_split(s):
             cons = s.else_case
             s = tirx.IfThenElse(s.condition, _multicast_shared_loads(s.then_case, bx_var, rank, size),
