@@ -11,16 +11,19 @@ from triton.testing import do_bench  # noqa: E402
 
 import tilex  # noqa: E402
 
-CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1: swap A/B)[, C staged in shared]])
+CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1: swap A/B)[, C staged in shared
+    #             [, stream-K]]])
     (128, 256, 64, 4, 256, 0),
     (128, 256, 64, 4, 256, 16),
     (128, 256, 64, 3, 256, 0, 1, 1),
     (128, 256, 64, 3, 256, 8, 1, 1),
     (128, 256, 64, 3, 256, 16, 1, 1),
+    (128, 256, 64, 3, 256, 16, 1, 1, 1),
     (128, 64, 128, 4, 256, 0),
     (128, 64, 64, 8, 256, 0),
     (128, 64, 128, 4, 128, 0),
     (64, 128, 64, 4, 128, 0, 4),
+    (128, 64, 64, 8, 128, 0, -1),
     (16, 64, 64, 12, 128, 0, -1),
     (16, 128, 64, 10, 128, 0, -1),
     (16, 64, 64, 16, 128, 0, -1),
@@ -33,8 +36,8 @@ PASS_CONFIGS = {}
 
 def program(M, N, K, dtype, cfg):
     """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices, a
-    7th of -1 = `matmul_swap_ab` (skinny A: blocks compute C^T tiles; skipped when M > 2 * bm), an 8th (1) =
-    `matmul` writing C through a shared tile (a TMA store on sm90)."""
+    7th of -1 = `matmul_swap_ab` (skinny A: blocks compute C^T tiles; see `applies`), an 8th (1) = `matmul` writing C
+    through a shared tile (a TMA store on sm90), a 9th (1) = compiled with stream-K (`pass_configs`)."""
     bm, bn, bk, st, th, sw = cfg[:6]
     if len(cfg) > 6 and cfg[6] == -1:
         return matmul_swap_ab(M, N, K, bm, bn, bk, st, th, dtype=dtype)
@@ -45,10 +48,15 @@ def program(M, N, K, dtype, cfg):
 
 def applies(M, dtype, cfg):
     """Whether a config is tried: split-K adds rounded partials with bf16 atomics (too coarse for the accuracy
-    check), and swap-AB tiles are for skinny A only."""
+    check), and swap-AB tiles are for skinny A only (between half and twice their bm rows)."""
     if len(cfg) > 6 and cfg[6] > 1 and dtype == "bfloat16":
         return False
-    return not (len(cfg) > 6 and cfg[6] == -1 and M > 2 * cfg[0])
+    return not (len(cfg) > 6 and cfg[6] == -1 and not cfg[0] / 2 < M <= 2 * cfg[0])
+
+
+def pass_configs(cfg):
+    """tilex pass configs of a config: the command line's, plus stream-K when its 9th entry is set."""
+    return {**PASS_CONFIGS, **({"tilex.stream_k": 1} if len(cfg) > 8 and cfg[8] else {})}
 
 
 def runner(kernel, cfg, a, b, c):
@@ -115,7 +123,7 @@ def bench(M, N, K, dtype, configs):
         if not applies(M, dtype, cfg):
             continue
         try:
-            run = runner(tilex.compile(program(M, N, K, dtype, cfg), pass_configs=PASS_CONFIGS), cfg, a, b, c)
+            run = runner(tilex.compile(program(M, N, K, dtype, cfg), pass_configs=pass_configs(cfg)), cfg, a, b, c)
             c.fill_(float("nan"))
             out = run()
             torch.testing.assert_close(out.float() / K ** 0.5, ref.float() / K ** 0.5, atol=1e-2, rtol=1e-2)
@@ -162,7 +170,7 @@ def main():
         shapes = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
                   "16x8192x8192"]
         dtypes = ["float16", "bfloat16"]
-    precompile([(*map(int, s.split("x")), dt, c, PASS_CONFIGS) for dt in dtypes for s in shapes for c in configs
+    precompile([(*map(int, s.split("x")), dt, c, pass_configs(c)) for dt in dtypes for s in shapes for c in configs
                 if applies(int(s.split("x")[0]), dt, c)],
                args.jobs)
     for dt in dtypes:

@@ -16,6 +16,8 @@ KNOWN = {
     "disable_persistent": "warp-specialized kernels launch one block per output tile instead of a persistent grid",
     "disable_tma_multicast": "persistent kernels do not pair blocks in clusters that multicast a shared operand",
     "cluster_size": "opt in: a warp-specialized grid that is not made persistent runs in clusters of 2 or 4 blocks along x that multicast the operand not depending on bx",
+    "persistent_cluster": "blocks per cluster of a persistent grid (1, 2 or 4; default 2): the tiles of a cluster share one operand, loaded once and multicast",
+    "stream_k": "persistent GEMMs whose output tiles do not divide evenly among the blocks split the last tiles' K iterations between all blocks (stream-K); partial sums meet in global memory",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",
 }
 

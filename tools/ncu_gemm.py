@@ -12,7 +12,7 @@ M, N, K = map(int, (sys.argv[1] if len(sys.argv) > 1 else "4096x4096x4096").spli
 cfg = tuple(map(int, (sys.argv[2] if len(sys.argv) > 2 else "128,256,64,4,256,0").split(",")))
 a = torch.randn(M, K, device="cuda", dtype=torch.float16)
 b = torch.randn(K, N, device="cuda", dtype=torch.float16)
-k = tilex.compile(matmul(M, N, K, *cfg[:5], swizzle=cfg[5]), out_idx=[2])
+k = tilex.compile(matmul(M, N, K, *cfg[:5], swizzle=cfg[5], stage_c=len(cfg) > 7 and bool(cfg[7])), out_idx=[2])
 for _ in range(3):
     k(a, b)
     a @ b

@@ -11,3 +11,4 @@
 #include "tilex/atomic.h"
 #include "tilex/debug.h"
 #include "tilex/tma.h"
+#include "tilex/stream_k.h"

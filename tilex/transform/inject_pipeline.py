@@ -576,7 +576,10 @@ class _Pipeliner:
         # the PersistentTiles pass: 0, or tiles done so far times the trip count) carries the stage and the
         # barrier phases from one output tile to the next in a persistent kernel
         base = tirx.Var("ws_base", "int32")
-        g = k - loop.min + base
+        # the loop runs over [lo, hi): PersistentTiles binds these to the loop's own bounds, or to a segment of
+        # them when stream-K splits an output tile's iterations between blocks
+        lo, hi = tirx.Var("ws_lo", "int32"), tirx.Var("ws_hi", "int32")
+        g = k - lo + base
         s = tirx.floormod(g, stages)
         it = tirx.floordiv(g, stages)
         nbytes = 0
@@ -593,7 +596,7 @@ class _Pipeliner:
         def ext(name, *args):
             return tirx.Evaluate(tirx.call_extern("void", name, *args))
 
-        producer = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq([
+        producer = tirx.For(k, lo, hi - lo, tirx.ForKind.SERIAL, _seq([
             tirx.IfThenElse(g >= stages, ext("tilex::mbar_wait", ptr(empty, s), tirx.floormod(it + 1, 2)),
                             None),
             ext("tilex::mbar_arrive_expect_tx", ptr(full, s), nbytes),
@@ -603,15 +606,15 @@ class _Pipeliner:
                                 _retarget(_seq(consumers), bufmap, s))
         lane0 = tirx.floormod(t, 32) == 0
         release = tirx.IfThenElse(
-            tirx.And(k - loop.min > 0, lane0),
+            tirx.And(k - lo > 0, lane0),
             ext("tilex::mbar_arrive", ptr(empty, tirx.floormod(g - 1, stages))), None)
-        consumer = tirx.For(k, loop.min, n, tirx.ForKind.SERIAL, _seq([
+        consumer = tirx.For(k, lo, hi - lo, tirx.ForKind.SERIAL, _seq([
             ext("tilex::mbar_wait", ptr(full, s), tirx.floormod(it, 2)), compute, release]))
         # the last stage is released as soon as its MMAs have completed, not by the next tile's first iteration:
         # in a persistent kernel the producer can then fill all S stages while the consumers run the epilogue
-        last = base + n - loop.min - 1
-        trips = tvm.sym.Analyzer().simplify(n - loop.min)
-        cond = lane0 if isinstance(trips, tirx.IntImm) and trips.value > 0 else tirx.And(trips > 0, lane0)
+        last = base + hi - lo - 1
+        trips = tvm.sym.Analyzer().simplify(n)
+        cond = lane0 if isinstance(trips, tirx.IntImm) and trips.value > 0 else tirx.And(hi - lo > 0, lane0)
         drain = _seq([_extern("tilex::wgmma_wait<0>"), tirx.IfThenElse(
             cond, ext("tilex::mbar_arrive", ptr(empty, tirx.floormod(last, stages))), None)])
         consumer = _seq([consumer, drain])
@@ -621,8 +624,8 @@ class _Pipeliner:
                                                                  ext("tilex::mbar_init", ptr(empty, i), warps)])),
             ext("tilex::mbar_init_fence")]), None)])
         # (the barrier after the consumers' final wgmma wait, below, plays the same role as in `rewrite`)
-        producer = tirx.AttrStmt(base, WS_PIPELINE_BASE, n, producer)
-        consumer = tirx.AttrStmt(base, WS_PIPELINE_BASE, n, consumer)
+        producer = _segment_attrs(base, lo, hi, loop, producer)
+        consumer = _segment_attrs(base, lo, hi, loop, consumer)
         return _seq([tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
                      tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, self.threads, producer),
@@ -699,6 +702,15 @@ ASYNC_MMA_SCOPE = "tilex.async_mma"  # value 1: cp.async pipeline, 2: warp-speci
 WS_INIT = "tilex.ws_init"  # barrier initialization, hoisted before the role split
 WS_PRODUCER = "tilex.ws_producer"  # the producer loop; value = number of consumer threads
 WS_PIPELINE_BASE = "tilex.ws_pipeline_base"  # node: the base var of the stage/phase counter; value: trip count
+WS_PIPELINE_LO = "tilex.ws_pipeline_lo"  # node: the var of the loop's first iteration; value: the loop's min
+WS_PIPELINE_HI = "tilex.ws_pipeline_hi"  # node: the var of the loop's end; value: min + extent
+
+
+def _segment_attrs(base, lo, hi, loop, body):
+    """`body` under the attributes binding its stage-counter base and its iteration range [lo, hi)."""
+    body = tirx.AttrStmt(hi, WS_PIPELINE_HI, loop.min + loop.extent, body)
+    body = tirx.AttrStmt(lo, WS_PIPELINE_LO, loop.min, body)
+    return tirx.AttrStmt(base, WS_PIPELINE_BASE, loop.extent, body)
 
 
 def _body_stmts(loop):

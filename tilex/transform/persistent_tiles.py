@@ -2,7 +2,8 @@
 
 Consumes: per-thread TIR after WarpSpecialize. Its producer and consumer pipeline loops sit in
 ``tilex.ws_pipeline_base`` attributes (node: the var ``base`` that offsets their stage and barrier-phase counter,
-value: the loop's trip count ``n``); the grid is ``blockIdx.x`` (x ``blockIdx.y``); a ``T.use_swizzle`` marker may
+value: the loop's trip count ``n``) around ``tilex.ws_pipeline_lo`` / ``_hi`` attributes (vars of the loop's
+iteration range, bound here to the loop's bounds or to a stream-K segment of them); the grid is ``blockIdx.x`` (x ``blockIdx.y``); a ``T.use_swizzle`` marker may
 still be in the consumer's statements.
 Produces, when the kernel qualifies (below): a grid of ``P = min(tiles, SMs x blocks per SM)`` blocks on
 ``blockIdx.x``; the producer thread and the consumer warpgroups each loop over output tiles
@@ -16,7 +17,14 @@ of two (``__cluster_dims__(2, 1, 1)``) on tile pairs: cluster ``c`` walks pairs 
 ``2q`` and ``2q + 1`` of one block column. The TMA loads that do not depend on ``by`` (the operand both tiles
 share) are split between the two blocks and multicast into both; each consumer release also arrives on the
 partner's empty barrier (whose count doubles), and cluster barriers replace the setup barrier and guard the
-exit (``tilex.disable_tma_multicast`` turns this off).
+exit (``tilex.disable_tma_multicast`` turns this off; ``tilex.persistent_cluster`` = 4 makes groups of four).
+Stream-K (opt-in, ``tilex.stream_k``): when the units (tiles, or tile groups of a cluster) do not divide evenly
+among the workers (blocks, or clusters), each worker runs ``units // workers`` whole units, then an equal share
+of the remaining units' K iterations, in segments ``[lo, hi)`` of a unit. The worker holding a unit's first
+iteration owns it; the others leave fp32 partial accumulators in global memory and raise a flag
+(``tilex::streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's global
+writes. Measured on the H200: worth it when the last round of units is mostly empty (2048x4608x4096 in
+128x256 tiles: +17%), within noise for 8192^3 / 4096x28672x8192, a 2-3% loss for 4096^3 and K = 1024.
 Otherwise: ``base`` is 0 and the attributes are removed (one block per tile, as before).
 
 A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has static x/y
@@ -32,9 +40,10 @@ import tvm
 from tvm import tirx
 
 from tilex import config, env
-from tilex._tir import map_nodes, walk
+from tilex.engine.shared_memory import buffer_bits
+from tilex._tir import BufferLoadNode, map_nodes, walk
 from tilex.op.partition import substitute
-from tilex.transform.inject_pipeline import WS_PIPELINE_BASE
+from tilex.transform.inject_pipeline import WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO
 from tilex.transform.kernel_scope import outer_launch_chain
 from tilex.transform.thread_block_swizzle import (
     _drop_markers,
@@ -50,13 +59,18 @@ def _base_attrs(stmt):
     return found
 
 
-def _resolve_base(stmt, value_of):
-    """Remove the pipeline-base attributes, binding each base var to ``value_of(attr)``."""
+def _resolve_base(stmt, value_of, lo=None, hi=None):
+    """Remove the pipeline attributes, binding each base var to ``value_of(attr)`` and the loop range vars to
+    `lo` / `hi` (default: the loop's own bounds)."""
+    bounds = {WS_PIPELINE_LO: lo, WS_PIPELINE_HI: hi}
 
     def on_attr(node):
-        if node.attr_key != WS_PIPELINE_BASE:
-            return node
-        return substitute(node.body, {node.node: value_of(node)})
+        if node.attr_key == WS_PIPELINE_BASE:
+            return substitute(node.body, {node.node: value_of(node)})
+        if node.attr_key in bounds:
+            value = bounds[node.attr_key]
+            return substitute(node.body, {node.node: node.value if value is None else value})
+        return node
 
     return map_nodes(stmt, (tirx.AttrStmt, on_attr), order="post")
 
@@ -142,8 +156,19 @@ def _plan(func, attrs, target):
     # (shared memory the consumer touches outside its pipeline loop is live across the whole tile loop, so it
     # never shares bytes with a stage; tests/transform/test_persistent_tiles.py checks the offsets)
     grid = min(slots, tiles)
-    pair = _pair_plan(split[0].then_case, tags, extents, _find_markers(func.body), grid)
-    return chain, tags, extents, grid, pair
+    # clusters need a grid of whole clusters: drop the few slots left over
+    size = int(config.get("persistent_cluster", 2) or 1)
+    pair = _pair_plan(split[0].then_case, tags, extents, _find_markers(func.body), grid - grid % size)
+    if pair:
+        grid -= grid % pair
+    cons = split[0].else_case
+    items = [c for c in (cons.body.seq if isinstance(cons.body, tirx.SeqStmt) else [cons.body]) if not _is_reg_alloc(c)]
+    dropped = _drop_markers(tirx.SeqStmt(items))
+    items = list(dropped.seq) if isinstance(dropped, tirx.SeqStmt) else [dropped]
+    size = pair or 1
+    sk = _stream_k_plan(items, tiles // size, grid // size, int(cons.value), tags["threadIdx.x"].node.var,
+                        attrs[0].value)
+    return chain, tags, extents, grid, pair, sk
 
 
 def _tma_loads(stmt):
@@ -153,14 +178,19 @@ def _tma_loads(stmt):
 
 
 def _pair_plan(producer, tags, extents, markers, grid):
-    """Whether blocks run in clusters of two on tile pairs (by = 2q, 2q + 1; same bx), the loads that do not
-    depend on ``by`` (the operand both tiles share) split between the pair and multicast to both."""
-    if config.get("disable_tma_multicast", False) or "blockIdx.y" not in tags:
-        return False
-    if extents["blockIdx.y"] % 2 or grid % 2 or (markers and markers[0][0] % 2) or (markers and markers[0][1] != "row"):
-        return False
+    """The cluster size (0: none) of blocks running on tile groups (by = s*q .. s*q + s-1; same bx), the loads
+    that do not depend on ``by`` (the operand the group's tiles share) split between the members and multicast to
+    all. ``s`` is 2 unless ``tilex.persistent_cluster`` asks for 4 (or 1: no clusters)."""
+    size = int(config.get("persistent_cluster", 2) or 1)
+    if size not in (1, 2, 4):
+        raise ValueError(f"tilex.persistent_cluster must be 1, 2 or 4, got {size}")
+    if size == 1 or config.get("disable_tma_multicast", False) or "blockIdx.y" not in tags:
+        return 0
+    if (extents["blockIdx.y"] % size or grid % size or (markers and markers[0][0] % size)
+            or (markers and markers[0][1] != "row")):
+        return 0
     shared = _loads_not_depending_on(producer, tags["blockIdx.y"].node.var)
-    return len(shared) > 0 and len(shared) % 2 == 0
+    return size if len(shared) > 0 and len(shared) % size == 0 else 0
 
 
 def _multicast_shared_loads(producer, var, rank, size=2):
@@ -214,7 +244,7 @@ def _pair_setup(stmt, size=2):
     return map_nodes(stmt, (tirx.Evaluate, on_eval))
 
 
-def _rewrite(body, chain, tags, extents, grid, pair=False):
+def _rewrite(body, chain, tags, extents, grid, pair=0, sk=None):
     markers = _find_markers(body)
     panel, order = markers[0] if markers else (None, None)
     gx, gy = extents["blockIdx.x"], extents["blockIdx.y"]
@@ -222,33 +252,72 @@ def _rewrite(body, chain, tags, extents, grid, pair=False):
     pid = tirx.Var("blockIdx_x", "int32")
     bx_var = tags["blockIdx.x"].node.var
     by_var = tags["blockIdx.y"].node.var if "blockIdx.y" in tags else None
-    rank = tirx.floormod(pid, 2)
+    size = pair or 1
+    rank = tirx.floormod(pid, size)
+    # a worker is a block, or a cluster of `size` blocks on a group of tiles; units are what a worker takes on
+    units, workers = tiles // size, grid // size
+    worker = tirx.floordiv(pid, size) if pair else pid
 
-    def tile_loop(stmt, name):
-        i = tirx.Var(name, "int32")
+    def coords(unit):
+        hx, hy = tirx.floormod(unit, gx), tirx.floordiv(unit, gx)
         if pair:
-            # cluster c = pid // 2 walks tile pairs c, c + grid/2, ...; pair q covers rows 2q, 2q + 1 of one column
-            units, stride, unit = tiles // 2, grid // 2, tirx.floordiv(pid, 2) + i * (grid // 2)
-            hx, hy = tirx.floormod(unit, gx), tirx.floordiv(unit, gx)
+            # group q covers rows s*q .. s*q + s-1 of one block column
             if panel is not None:
-                bx, q = swizzled_block_index(hx, hy, gx, gy // 2, panel // 2, order)
+                bx, q = swizzled_block_index(hx, hy, gx, gy // size, panel // size, order)
             else:
                 bx, q = hx, hy
-            by = q * 2 + rank
-            first = tirx.floordiv(pid, 2)
+            by = q * size + rank
+        elif panel is not None and by_var is not None:
+            bx, by = swizzled_block_index(hx, hy, gx, gy, panel, order)
         else:
-            units, stride, unit, first = tiles, grid, pid + i * grid, pid
-            hx, hy = tirx.floormod(unit, gx), tirx.floordiv(unit, gx)
-            if panel is not None and by_var is not None:
-                bx, by = swizzled_block_index(hx, hy, gx, gy, panel, order)
-            else:
-                bx, by = hx, hy
+            bx, by = hx, hy
         mapping = {bx_var: bx}
         if by_var is not None:
             mapping[by_var] = by
-        stmt = substitute(_resolve_base(stmt, lambda a: i * a.value), mapping)
-        trips = tirx.floordiv(units - 1 - first, stride) + 1  # units first, first + stride, ... below `units`
-        return tirx.For(i, 0, trips, tirx.ForKind.SERIAL, stmt)
+        return mapping
+
+    def tile_loop(stmt, name, fixup=None):
+        i = tirx.Var(name, "int32")
+        unit = worker + i * workers
+        if sk is None:
+            trips = tirx.floordiv(units - 1 - worker, workers) + 1  # units worker, worker + workers, ... below units
+        else:
+            trips = units // workers  # whole units first; stream-K shares the rest
+        dp = tirx.For(i, 0, trips, tirx.ForKind.SERIAL,
+                      substitute(_resolve_base(stmt, lambda a: i * a.value), coords(unit)))
+        if sk is None:
+            return dp
+        # stream-K: the remaining units' iterations, split evenly between the workers; a worker's share
+        # [start, end) of them crosses unit boundaries in segments [lo, hi) of unit t
+        n, wsk = sk["n"], (units % workers) * sk["n"]
+        j = tirx.Var(name + "_sk", "int32")
+        start = tirx.floordiv(worker * wsk, workers)
+        end = tirx.floordiv((worker + 1) * wsk, workers)
+        t = tirx.floordiv(start, n) + j
+        lo = tirx.max(start - t * n, 0)
+        hi = tirx.min(end - t * n, n)
+        # the pipeline counter is k - lo + base: iterations this worker ran before the segment, plus k - lo
+        base = (units // workers) * n + t * n + lo - start
+        if fixup is not None:
+            stmt = fixup(stmt, t, lo, tirx.Or(lo > 0, hi < n), wsk, n)
+        seg = substitute(_resolve_base(stmt, lambda a: base, lo, hi), coords((units // workers) * workers + t))
+        segments = tirx.floordiv(end - 1, n) - tirx.floordiv(start, n) + 1
+        return tirx.SeqStmt([dp, tirx.For(j, 0, segments, tirx.ForKind.SERIAL, seg)])
+
+    def fixup(seg, t, lo, partial, wsk, n):
+        """After a partial unit's K loop: exchange partial accumulators; only the block holding the sum writes."""
+        items = list(seg.seq) if isinstance(seg, tirx.SeqStmt) else [seg]
+        at = max(i for i, x in enumerate(items) if _base_attrs(x))
+        acc = sk["acc"]
+        words = (buffer_bits(acc) + 31) // 32
+        last = tirx.Var("sk_last", "int32")
+        call = tirx.call_extern(
+            "int32", f"tilex::streamk_fixup<{words}, {sk['threads']}, {grid}>",
+            tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))), sk["thread"], t,
+            lo, pid, size, rank, workers, tirx.const(wsk, "int64"), n)
+        bind = tirx.Bind(last, tirx.if_then_else(partial, call, tirx.const(1, "int32")))
+        post = [_only_if(x, last != 0) for x in items[at + 1:]]
+        return tirx.SeqStmt(items[:at + 1] + [bind] + post)
 
     out = []
     for s in _launch_items(chain):
@@ -256,23 +325,23 @@ def _rewrite(body, chain, tags, extents, grid, pair=False):
             prod_branch, cons = s.then_case, s.else_case
             p_items = list(prod_branch.seq) if isinstance(prod_branch, tirx.SeqStmt) else [prod_branch]
             if pair:
-                p_items = [_multicast_shared_loads(p, by_var, rank) for p in p_items]
+                p_items = [_multicast_shared_loads(p, by_var, rank, size) for p in p_items]
             p_items = [tirx.IfThenElse(p.condition, tile_loop(p.then_case, "tile_p"), None)
                        if isinstance(p, tirx.IfThenElse) else p for p in p_items]
             c_items = list(cons.body.seq) if isinstance(cons.body, tirx.SeqStmt) else [cons.body]
             head = [c for c in c_items if _is_reg_alloc(c)]
             rest = _drop_markers(tirx.SeqStmt([c for c in c_items if not _is_reg_alloc(c)]))
             if pair:
-                rest = _release_to_both(rest, rank)
-            c_body = tirx.SeqStmt(head + [tile_loop(rest, "tile_c")])
+                rest = _release_to_both(rest, rank, size)
+            c_body = tirx.SeqStmt(head + [tile_loop(rest, "tile_c", fixup if sk is not None else None)])
             s = tirx.IfThenElse(s.condition, tirx.SeqStmt(p_items),
                                 tirx.AttrStmt(cons.node, cons.attr_key, cons.value, c_body))
         elif pair:
-            s = _pair_setup(s)
+            s = _pair_setup(s, size)
         out.append(s)
     if pair:
         # neither block may exit while its partner can still arrive on its barriers
-        out = [_ext("tilex::cluster_dims<2>")] + out + [_ext("tilex::cluster_sync")]
+        out = [_ext(f"tilex::cluster_dims<{size}>")] + out + [_ext("tilex::cluster_sync")]
     new_body = tirx.SeqStmt(out) if len(out) > 1 else out[0]
     for a in reversed(chain):
         tag = a.node.thread_tag
@@ -340,3 +409,72 @@ def _rewrite_row_cluster(chain, size):
     for a in reversed(chain):
         new_body = tirx.AttrStmt(a.node, a.attr_key, a.value, new_body)
     return new_body
+
+
+GLOBAL_WRITE_EXTERNS = ("tilex::tma_store_2d",)
+
+
+def _writes_global(stmt):
+    found = []
+
+    def on_store(n):
+        if n.buffer.scope() == "global":
+            found.append(n)
+
+    def on_eval(n):
+        name = extern_name(n) or ""
+        if name.startswith(GLOBAL_WRITE_EXTERNS) or name.startswith("tilex::atomic") or name.startswith("tilex::red"):
+            found.append(n)
+
+    walk(stmt, [(tirx.BufferStore, on_store), (tirx.Evaluate, on_eval)])
+    return bool(found)
+
+
+def _only_if(stmt, cond):
+    """`stmt` guarded by `cond` when it writes global memory (the epilogue of a block that does not write the
+    tile still runs its shared-memory steps, so the barriers between them stay unconditional)."""
+    return tirx.IfThenElse(cond, stmt, None) if _writes_global(stmt) else stmt
+
+
+def _local_buffers(stmt):
+    used = []
+
+    def add(buf):
+        if buf.scope() == "local" and not any(buf.same_as(b) for b in used):
+            used.append(buf)
+
+    walk(stmt, [(BufferLoadNode, lambda n: add(n.source)), (tirx.BufferStore, lambda n: add(n.buffer))])
+    return used
+
+
+def _uses_buffer(stmt, buf):
+    """Whether `stmt` reads or writes `buf` (through loads, stores or its data pointer, as tensor-core calls do)."""
+    found = []
+
+    # (TVM 0.27 spells a buffer's data pointer as the call tirx.buffer_data(var))
+    data = buf.data
+    key = data.args[0] if isinstance(data, tvm.ir.Call) else data
+
+    def on_call(c):
+        if (isinstance(c, tvm.ir.Call) and isinstance(c.op, tvm.ir.Op) and c.op.name == "tirx.buffer_data"
+                and c.args[0].same_as(key)):
+            found.append(c)
+
+    walk(stmt, (tvm.ir.Call, on_call))
+    return bool(found) or any(b.same_as(buf) for b in _local_buffers(stmt))
+
+
+def _stream_k_plan(consumer_items, units, workers, threads, thread_var, n):
+    """What the stream-K rewrite needs ({n, acc, threads, thread}), or None when it does not apply: off
+    (``tilex.stream_k``), units split evenly already, a trip count that is not static, or not exactly one fp32
+    accumulator (a local buffer the K loop and the statements after it both use)."""
+    if not config.get("stream_k", False) or units % workers == 0 or not hasattr(n, "value"):
+        return None
+    at = [i for i, x in enumerate(consumer_items) if _base_attrs(x)]
+    if len(at) != 1:
+        return None
+    after = _local_buffers(tirx.SeqStmt(consumer_items[at[0] + 1:])) if at[0] + 1 < len(consumer_items) else []
+    acc = [b for b in after if _uses_buffer(consumer_items[at[0]], b)]
+    if len(acc) != 1 or str(acc[0].dtype) != "float32" or (buffer_bits(acc[0]) // 32) % 4:
+        return None
+    return {"n": int(n.value), "acc": acc[0], "threads": threads, "thread": thread_var}

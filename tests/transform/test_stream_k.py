@@ -1,0 +1,94 @@
+"""Stream-K in PersistentTiles (`tilex.stream_k`): IR / generated CUDA on the CPU, results on the GPU."""
+import os
+import shutil
+import sys
+
+import pytest
+import tvm
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+
+from gemm_kernels import matmul  # noqa: E402
+from tilex.engine import lower_to_tir  # noqa: E402
+
+SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+SK = {"tilex.num_sms": 132, "tilex.stream_k": 1}
+
+
+def _script(func, **cfg):
+    return lower_to_tir(func, SM90, {**SK, **cfg})["main"].script()
+
+
+def test_off_by_default():
+    script = lower_to_tir(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, stage_c=True), SM90,
+                          {"tilex.num_sms": 132})["main"].script()
+    assert "streamk" not in script
+
+
+def test_whole_waves_then_shared_tail():
+    """4096^3 in 128x256 tiles: 256 tile pairs over 66 clusters = 3 whole rounds, then the 58 remaining pairs'
+    64 K iterations each (3712) split evenly between the 66 clusters."""
+    script = _script(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, swizzle=16, stage_c=True))
+    assert "for tile_p, k in T.grid(3, " in script and "for tile_c in range(3):" in script
+    assert "for tile_p_sk in range(((blockIdx_x // 2 + 1) * 3712 // 66 - 1) // 64" in script
+    assert "for tile_c_sk in range(((blockIdx_x // 2 + 1) * 3712 // 66 - 1) // 64" in script
+    assert "tilex::streamk_fixup<128, 256, 132>" in script
+    # only the block holding the summed tile stores it
+    assert "if sk_last != 0:" in script
+
+
+def test_no_tail_no_stream_k():
+    """8192x8192 in 128x256 tiles over 128 blocks: whole rounds only, nothing to share."""
+    script = _script(matmul(8192, 8192, 1024, 128, 256, 64, 3, 256, stage_c=True), **{"tilex.num_sms": 128})
+    assert "streamk" not in script
+
+
+def test_unstaged_epilogue_is_guarded():
+    """Without a shared C tile the epilogue's global stores themselves sit under the guard."""
+    script = _script(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256))
+    assert "tilex::streamk_fixup" in script and "if sk_last != 0:" in script
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_generated_cuda_compiles_for_sm90a():
+    import tilex
+    from tilex.jit.nvcc import add_common_include, compile_cuda
+
+    k = tilex.compile(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, swizzle=16, stage_c=True), target="sm_90a",
+                      pass_configs=SK)
+    src = k.get_kernel_source()
+    assert "tilex::streamk_fixup<128, 256, 132>" in src
+    assert len(compile_cuda(add_common_include(src), "sm_90a")) > 1000
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+CASES = [  # (M, N, K, tile config, pass configs): every case leaves a tail of units that stream-K shares
+    ((4096, 4096, 4096), (128, 256, 64, 3, 256), dict(swizzle=16, stage_c=True), {}),
+    ((4096, 4096, 4096), (128, 256, 64, 3, 256), dict(), {}),  # unstaged epilogue
+    ((2048, 4096, 1000), (128, 256, 64, 3, 256), dict(stage_c=True), {"tilex.persistent_cluster": 1}),  # ragged K
+    ((3000, 2504, 776), (128, 128, 64, 4, 256), dict(), {}),  # ragged M, N and K
+    ((8192, 8192, 1024), (128, 256, 64, 3, 256), dict(swizzle=8, stage_c=True), {}),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_stream_k_matches_torch(case, dtype):
+    torch = _torch()
+    import tilex
+
+    (M, N, K), cfg, kw, pc = CASES[case]
+    kernel = tilex.compile(matmul(M, N, K, *cfg, dtype=dtype, **kw), out_idx=[2], pass_configs={**SK, **pc})
+    assert "streamk_fixup" in kernel.get_kernel_source()
+    tdt = getattr(torch, dtype)
+    a = torch.randn(M, K, device="cuda", dtype=tdt)
+    b = torch.randn(K, N, device="cuda", dtype=tdt)
+    ref = (a.float() @ b.float()) / K ** 0.5
+    for _ in range(3):  # the arrival counters must be back at zero for the next launch
+        c = kernel(a, b)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(c.float() / K ** 0.5, ref, atol=1e-2, rtol=1e-2)
