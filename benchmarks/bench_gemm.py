@@ -135,13 +135,13 @@ def bench(M, N, K, dtype, configs):
         if best is None or t < best[0]:
             best = (t, cfg, run)
     if best is not None:
-        # the final numbers: cuBLAS, Triton and the best config measured in alternation, best of 3 rounds each, so
+        # the final numbers: cuBLAS, Triton and the best config measured in alternation, best of 5 rounds each, so
         # that clock and power drift over the sweep favours none of them
         contenders = {"torch": lambda: a @ b, "tilex": best[2]}
         if run_triton is not None:
             contenders["triton"] = run_triton
         final = {name: float("inf") for name in contenders}
-        for _ in range(3):
+        for _ in range(5):
             for name, fn in contenders.items():
                 final[name] = min(final[name], do_bench(fn, warmup=25, rep=200))
         t_torch, best = final["torch"], (final["tilex"], best[1])
