@@ -12,8 +12,9 @@
 namespace tilex {
 
 // One partial (float4 per thread per 4 words, thread-minor for coalescing) and one flag per block. Static
-// device memory starts zeroed; an owner lowers the flags it consumed, so each launch finds them zero again.
-// (Concurrent launches of the same kernel would share them: not supported.)
+// device memory starts zeroed; a contributor counts its flag up and the owner counts it down, so each launch
+// finds them zero again. Concurrent launches of the same kernel share these arrays: their results may mix, but
+// the counting keeps every owner's wait finite (a set-and-clear flag could be cleared under a waiting owner).
 template <int N>
 __device__ float4 streamk_partials[N];
 template <int N>
@@ -48,7 +49,7 @@ __device__ __forceinline__ int streamk_fixup(float* acc, int tid, int t, int lo,
     }
     __threadfence();
     named_barrier_sync(THREADS);
-    if (tid == 0) atomicExch(&flags[pid], 1);
+    if (tid == 0) atomicAdd(&flags[pid], 1);
     return 0;
   }
   const int c0 = streamk_worker_of((long long)t * n, workers, wsk);
@@ -68,7 +69,7 @@ __device__ __forceinline__ int streamk_fixup(float* acc, int tid, int t, int lo,
   }
   named_barrier_sync(THREADS);
   if (tid == 0) {
-    for (int c = c0 + 1; c <= c1; ++c) flags[c * cluster + rank] = 0;
+    for (int c = c0 + 1; c <= c1; ++c) atomicSub(&flags[c * cluster + rank], 1);
   }
   return 1;
 }
