@@ -85,7 +85,7 @@ def lower_tile_ops(func, target=None):
             return node if body.same_as(node.body) else tirx.AttrStmt(node.node, node.attr_key, node.value, body)
         ctx.async_mma = int(node.value.value)
         try:
-            return m.mutate(node.body)
+            return _merge_wgmma_groups(m.mutate(node.body))
         finally:
             ctx.async_mma = 0
 
@@ -142,3 +142,35 @@ def _remap_leftover_accesses(body, ctx):
 def LowerTileOps(func, mod, pass_ctx):  # noqa: N802
     target = func.attrs.get("target") if func.attrs is not None else None
     return lower_tile_ops(func, target or tvm.target.Target.current(allow_none=True))
+
+
+_GROUP_SEAM = ("tilex::wgmma_commit", "tilex::wgmma_wait<1>", "tilex::wgmma_fence")
+
+
+def _merge_wgmma_groups(stmt):
+    """Consecutive asynchronous gemms of one pipeline iteration in one wgmma group: drop the commit / wait<1> /
+    fence between them. Waiting after each gemm would drain the previous gemm's MMAs while the next one is
+    issued, leaving the tensor cores half the iteration's work queued; one group per iteration keeps it all
+    queued while the previous iteration's group completes (the wait at the end still covers the stage release)."""
+    from tilex.transform.warp_specialize import extern_name
+
+    def flat(s):
+        if isinstance(s, tirx.SeqStmt):
+            out = []
+            for x in s.seq:
+                out.extend(flat(x))
+            return out
+        return [s]
+
+    items = flat(stmt)
+    names = [extern_name(x) if isinstance(x, tirx.Evaluate) else None for x in items]
+    keep, i = [], 0
+    while i < len(items):
+        if tuple(names[i:i + 3]) == _GROUP_SEAM:
+            i += 3
+            continue
+        keep.append(items[i])
+        i += 1
+    if len(keep) == len(items):
+        return stmt
+    return tirx.SeqStmt(keep) if len(keep) > 1 else keep[0]
