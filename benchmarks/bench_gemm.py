@@ -38,13 +38,16 @@ PASS_CONFIGS = {}
 def program(M, N, K, dtype, cfg):
     """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices, a
     7th of -1 = `matmul_swap_ab` (skinny A: blocks compute C^T tiles; see `applies`), an 8th (1) = `matmul` writing C
-    through a shared tile (a TMA store on sm90), a 9th (1) = compiled with stream-K (`pass_configs`)."""
+    through a shared tile (a TMA store on sm90; > 1: in column blocks of that width), a 9th (1) = compiled with
+    stream-K (`pass_configs`)."""
     bm, bn, bk, st, th, sw = cfg[:6]
     if len(cfg) > 6 and cfg[6] == -1:
         return matmul_swap_ab(M, N, K, bm, bn, bk, st, th, dtype=dtype)
     if len(cfg) > 6 and cfg[6] > 1:
         return matmul_splitk(M, N, K, bm, bn, bk, st, th, cfg[6], dtype=dtype)
-    return matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw, stage_c=len(cfg) > 7 and bool(cfg[7]))
+    staged = cfg[7] if len(cfg) > 7 else 0
+    return matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, swizzle=sw, stage_c=bool(staged),
+                  c_block=staged if staged > 1 else 0)
 
 
 def applies(M, dtype, cfg):

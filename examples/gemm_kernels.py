@@ -3,10 +3,12 @@ import tilex.language as T
 
 
 def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="float16", accum="float32",
-           trans_a=False, trans_b=False, swizzle=0, stage_c=False):
+           trans_a=False, trans_b=False, swizzle=0, stage_c=False, c_block=0):
     """C = A @ B (A^T / B^T when trans_a / trans_b: A is then (K, M), B is (N, K)); `swizzle` > 0 rasterizes
     blocks in panels of that many rows for L2 reuse (T.use_swizzle); `stage_c` writes C through a shared tile
-    (one TMA store per tile on sm90)."""
+    (one TMA store per tile on sm90); `c_block` > 0 (with `stage_c`) stages it in column blocks of that width
+    through a smaller shared tile, leaving shared memory for another pipeline stage."""
+    cb = c_block if stage_c and 0 < c_block < bn else bn
     a_shape = (K, M) if trans_a else (M, K)
     b_shape = (N, K) if trans_b else (K, N)
     as_shape = (bk, bm) if trans_a else (bm, bk)
@@ -31,7 +33,12 @@ def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="flo
                 else:
                     T.copy(B[k * bk, bx * bn], B_s)
                 T.gemm(A_s, B_s, C_l, transpose_A=trans_a, transpose_B=trans_b)
-            if stage_c:
+            if stage_c and cb < bn:
+                C_s = T.alloc_shared((bm, cb), dtype)
+                for j in T.unroll(bn // cb):
+                    T.copy(C_l[0:bm, j * cb:(j + 1) * cb], C_s)
+                    T.copy(C_s, C[by * bm, bx * bn + j * cb])
+            elif stage_c:
                 C_s = T.alloc_shared((bm, bn), dtype)
                 T.copy(C_l, C_s)
                 T.copy(C_s, C[by * bm, bx * bn])

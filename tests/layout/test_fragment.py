@@ -248,3 +248,29 @@ def test_prebuilt_exprs():
     assert f.is_equal(Fragment((8, 8), lambda a, b: a * 4 + b // 2, lambda a, b: b % 2))
     g = Fragment((8, 8), i * 4 + j // 2 + Fragment.rep_var * 32, [j % 2], replicate=2)
     assert g.is_equal(Fragment((8, 8), lambda a, b: a * 4 + b // 2, lambda a, b: b % 2).replicate(2))
+
+
+def test_tile_of_splits_a_wgmma_accumulator_into_column_blocks():
+    from tilex.layout.wgmma import make_wgmma_accumulator_fragment
+
+    acc = make_wgmma_accumulator_fragment(128, 256, 2, 1)
+    sub, strides = acc.tile_of((128, 64))
+    assert strides == [0, 32]  # a 64-column block is 32 registers further on, in the same threads
+    assert sub.input_shape == (128, 64) and sub.thread_extent == 256 and sub.local_size == 32
+    # element (r, c + 64 q) of the accumulator is element (r, c) of the block, q * 32 registers on
+    for r, c, q in [(0, 0, 1), (77, 13, 2), (127, 63, 3)]:
+        assert int(acc.map_thread([r, c + 64 * q])) == int(sub.map_thread([r, c]))
+        assert int(acc.local_offset([r, c + 64 * q])) == int(sub.local_offset([r, c])) + 32 * q
+    sub.inverse()  # the block is a fragment of its own (bijective onto its threads x registers)
+
+
+def test_tile_of_rejects_blocks_that_do_not_repeat_one_fragment():
+    from tilex.layout.wgmma import make_wgmma_accumulator_fragment
+
+    acc = make_wgmma_accumulator_fragment(128, 256, 2, 1)
+    with pytest.raises(LayoutError, match="different threads"):
+        acc.tile_of((64, 256))  # the two 64-row halves belong to different warpgroups
+    with pytest.raises(LayoutError):
+        acc.tile_of((128, 4))  # splits the pairs of columns a thread holds
+    with pytest.raises(LayoutError, match="do not tile"):
+        acc.tile_of((128, 96))

@@ -182,6 +182,43 @@ class Fragment:
             index = [tile_id * self.local_size + local]
         return Fragment(new_shape, thread, index, replicate=self._replicate)
 
+    def tile_of(self, extents):
+        """``(sub, strides)``: this fragment seen as a grid of ``extents``-shaped blocks that all repeat one
+        fragment ``sub`` over the block, in the same threads, at a register offset ``sum_d q_d * strides[d]`` for
+        block ``(q_0, q_1, ...)`` -- the inverse of ``repeat(..., on_thread=False)``. Checked on every element;
+        raises ``LayoutError`` when the blocks do not repeat one fragment this way (``sub`` is then undefined)."""
+        import numpy as np
+
+        extents = tuple(int(e) for e in extents)
+        if len(extents) != self.ndim or any(e < 1 or s % e for e, s in zip(extents, self.input_shape)):
+            raise LayoutError(f"blocks of {extents} do not tile fragment shape {self.input_shape}")
+        sub = Fragment(extents, self.forward_thread, list(self.forward_index), replicate=self._replicate)
+        grids = np.meshgrid(*[np.arange(s) for s in self.input_shape], indexing="ij")
+        flat_local = lambda loc, shape: np.ravel_multi_index(  # noqa: E731
+            tuple(np.asarray(x, dtype=np.int64) for x in loc), shape)
+        strides = []
+        for rep in range(self._replicate):
+            thread, local = self.map_numpy(*grids, rep=rep)
+            inner = [g % e for g, e in zip(grids, extents)]
+            s_thread, s_local = sub.map_numpy(*inner, rep=rep)
+            local = flat_local([np.broadcast_to(x, grids[0].shape) for x in local], self.local_shape)
+            s_local = flat_local([np.broadcast_to(x, grids[0].shape) for x in s_local], sub.local_shape)
+            blocks = [g // e for g, e in zip(grids, extents)]
+            if not np.array_equal(np.broadcast_to(thread, grids[0].shape), np.broadcast_to(s_thread, grids[0].shape)):
+                raise LayoutError(f"{self}: blocks of {extents} live in different threads")
+            if not strides:
+                for d in range(self.ndim):
+                    probe = [0] * self.ndim
+                    if self.input_shape[d] > extents[d]:
+                        probe[d] = extents[d]
+                        strides.append(int(local[tuple(probe)] - s_local[tuple(probe)]))
+                    else:
+                        strides.append(0)
+            want = s_local + sum(b * st for b, st in zip(blocks, strides))
+            if not np.array_equal(local, want):
+                raise LayoutError(f"{self}: blocks of {extents} are not one fragment at shifted registers")
+        return sub, strides
+
     def replicate_by(self, n: int) -> "Fragment":  # also reachable as ``frag.replicate(n)``
         """Each element additionally held by ``n`` thread groups.
 

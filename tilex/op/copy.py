@@ -44,9 +44,9 @@ class CopyOp(TileOp):
             raise TileOpError(f"T.copy: tile shapes differ: source {src} has {s_shape}, destination {dst} has {d_shape}")
         self.extents = d_shape or [1]
         for r in (src, dst):
-            if is_fragment(r.buffer) and list(r.shape) != [int(s) for s in r.buffer.shape if int(s) != 1] \
-                    and r.shape != list(r.buffer.shape):
-                raise TileOpError(f"T.copy: a fragment must be copied whole, got {r}")
+            if is_fragment(r.buffer) and _fragment_slice(r) is not None and (r is dst or _fragment_slice(r) is False):
+                raise TileOpError(f"T.copy: a fragment must be copied whole, or read in blocks that divide it, "
+                                  f"got {r}")
 
     @classmethod
     def from_call(cls, call):
@@ -219,6 +219,8 @@ class CopyOp(TileOp):
             stmt = self._lower_ldmatrix(ctx)
             if stmt is not None:
                 return stmt
+        if is_fragment(sb) and _fragment_slice(self.src) is not None:
+            return self._lower_fragment_block(ctx)
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
         frag_side = self.dst if is_fragment(db) else (self.src if is_fragment(sb) else None)
         if frag_side is not None:
@@ -264,6 +266,45 @@ class CopyOp(TileOp):
             # the vector loop of a cp.async is a single call: drop the (vectorized) lane loop
             stmt = _strip_vector_loops(stmt)
         return stmt
+
+    def _lower_fragment_block(self, ctx):
+        """A block of a fragment (extents dividing the fragment's shape, starts at multiples of them) to shared or
+        global memory: the fragment must repeat one sub-fragment over its blocks (Fragment.tile_of), whose
+        registers this thread then copies from the block's register offset."""
+        from tilex.layout import LayoutError
+
+        sb, db = self.src.buffer, self.dst.buffer
+        frag = ctx.layout_map.get(sb)
+        if frag is None:
+            raise TileOpError(f"{self.describe()}: fragment '{sb.name}' has no layout")
+        ext = [_int(e) for e in self.src.extents]
+        try:
+            sub, strides = frag.tile_of(ext)
+        except LayoutError as e:
+            raise TileOpError(f"{self.describe()}: the fragment's layout does not split into blocks of {ext} "
+                              f"({e})") from None
+        offset = 0
+        for m, e, st in zip(self.src.mins, ext, strides):
+            if not ctx.analyzer.can_prove_equal(tirx.floormod(m, e), 0):
+                raise TileOpError(f"{self.describe()}: a fragment block must start at a multiple of its extent "
+                                  f"{e}, got {m}")
+            offset = offset + tirx.floordiv(m, e) * st
+        offset = ctx.analyzer.simplify(offset)
+        bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
+        vec = fragment_vector_width(sub, 8, ctx.analyzer)
+        while vec > 1 and not access_vectorizable(
+                db, lambda ix: self._phys_index_fn(ctx, self.dst)(_tile_index(ext, ix)), ext, vec, ctx.analyzer,
+                bind):
+            vec //= 2
+
+        def make(fix, fgix, l_flat):
+            ix, gix = _tile_index(ext, fix), _tile_index(ext, fgix)
+            value = tirx.BufferLoad(ctx.remap[sb], [l_flat + offset])
+            if str(sb.dtype) != str(db.dtype):
+                value = tirx.Cast(db.dtype, value)
+            return self._guarded(ctx, gix, ctx.store(db, value, self.dst.index(ix)), ix)
+
+        return emit_by_fragment(ctx, sub, vec, make, name="cp", bounds=ext)
 
     def _ldmatrix_ok(self, ctx, frag):
         """Whether shared -> fragment can be ``ldmatrix.x4``: a 16-bit 2-d tile whose fragment gives every thread
@@ -380,3 +421,15 @@ def _strip_vector_loops(stmt):
         return loop
 
     return map_nodes(stmt, (tirx.For, on_for), order="post")
+
+
+def _fragment_slice(region):
+    """None when `region` covers its fragment whole; True for a block whose extents divide the fragment's shape
+    (copied by CopyOp._lower_fragment_block); False for any other part."""
+    shape = [int(x) for x in region.buffer.shape]
+    ext = [_int(e) for e in region.extents]
+    if ext == shape or [e for e in ext if e != 1] == [x for x in shape if x != 1]:
+        return None
+    if len(ext) != len(shape) or any(e is None or e < 1 or x % e for e, x in zip(ext, shape)):
+        return False
+    return True
