@@ -26,6 +26,13 @@ def bits(dtype) -> int:
     return tvm.DataType(str(dtype)).bits
 
 
+def seq_items(stmt) -> list:
+    """The statements of a SeqStmt, or [stmt] for any other statement (one level, not recursive)."""
+    from tvm import tirx
+
+    return list(stmt.seq) if isinstance(stmt, tirx.SeqStmt) else [stmt]
+
+
 class _Captured:
     def __init__(self):
         self.error = None

@@ -21,7 +21,7 @@ def test_block_epilogue_reads_registers_at_the_block_offset():
     assert src.count("tilex::tma_store_2d") == 1  # one 128x64 box per block
 
 
-def _block_program(dst_is_fragment=False, start=None):
+def _block_program(dst_is_fragment=False, start=None, into_fragment=False):
     @T.prim_func
     def main(A: T.Tensor((128, 256), "float16"), C: T.Tensor((128, 256), "float16")):
         with T.Kernel(1, threads=256) as bx:
@@ -36,6 +36,8 @@ def _block_program(dst_is_fragment=False, start=None):
             T.gemm(A_s, B_s, C_l)
             if dst_is_fragment:
                 T.copy(C_s, C_l[0:128, 0:64])
+            elif into_fragment:
+                T.copy(C_l[0:128, 64:128], D_l)
             else:
                 s = 32 if start is None else start
                 T.copy(C_l[0:128, s:s + 64], C_s)
@@ -70,3 +72,8 @@ def test_block_epilogue_matches_torch(shape, c_block, dtype):
     b = torch.randn(K, N, device="cuda", dtype=tdt)
     c = kernel(a, b)
     torch.testing.assert_close(c.float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5, atol=1e-2, rtol=1e-2)
+
+
+def test_block_goes_to_shared_or_global_memory():
+    with pytest.raises(TileOpError, match="into shared or global memory"):
+        tilex.compile(_block_program(into_fragment=True), target="sm_90a")

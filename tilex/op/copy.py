@@ -44,9 +44,10 @@ class CopyOp(TileOp):
             raise TileOpError(f"T.copy: tile shapes differ: source {src} has {s_shape}, destination {dst} has {d_shape}")
         self.extents = d_shape or [1]
         for r in (src, dst):
-            if is_fragment(r.buffer) and _fragment_slice(r) is not None and (r is dst or _fragment_slice(r) is False):
-                raise TileOpError(f"T.copy: a fragment must be copied whole, or read in blocks that divide it, "
-                                  f"got {r}")
+            part = _fragment_slice(r) if is_fragment(r.buffer) else None
+            if part is not None and (r is dst or part is False or is_fragment(dst.buffer)):
+                raise TileOpError(f"T.copy: a fragment must be copied whole, or read in blocks that divide it "
+                                  f"into shared or global memory, got {r}")
 
     @classmethod
     def from_call(cls, call):
@@ -219,15 +220,17 @@ class CopyOp(TileOp):
             stmt = self._lower_ldmatrix(ctx)
             if stmt is not None:
                 return stmt
-        if is_fragment(sb) and _fragment_slice(self.src) is not None:
-            return self._lower_fragment_block(ctx)
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
         frag_side = self.dst if is_fragment(db) else (self.src if is_fragment(sb) else None)
         if frag_side is not None:
             frag = ctx.layout_map.get(frag_side.buffer)
             if frag is None:
                 raise TileOpError(f"{self.describe()}: fragment '{frag_side.buffer.name}' has no layout")
-            fshape = [int(s) for s in frag_side.buffer.shape]
+            fshape, offset = [int(s) for s in frag_side.buffer.shape], 0
+            block = is_fragment(sb) and _fragment_slice(self.src) is not None
+            if block:  # walk the block's sub-fragment, registers `offset` on
+                frag, fshape, offset = self._fragment_block(ctx, frag)
+            direct = block or (is_fragment(sb) and frag.is_equal(ctx.layout_map.get(sb)))
             vec = fragment_vector_width(frag, 8, ctx.analyzer)
             while vec > 1 and not all(
                     access_vectorizable(r.buffer, lambda ix, r=r: self._phys_index_fn(ctx, r)(_tile_index(fshape, ix)),
@@ -239,8 +242,8 @@ class CopyOp(TileOp):
                 # emit_by_fragment yields indices of the fragment buffer; the copy speaks in tile indices
                 ix, gix = _tile_index(fshape, fix), _tile_index(fshape, fgix)
                 value = self._value(ctx, ix)
-                if is_fragment(sb) and frag.is_equal(ctx.layout_map.get(sb)):
-                    value = tirx.BufferLoad(ctx.remap[sb], [l_flat])
+                if direct:
+                    value = tirx.BufferLoad(ctx.remap[sb], [l_flat + offset if block else l_flat])
                     if str(sb.dtype) != str(db.dtype):
                         value = tirx.Cast(db.dtype, value)
                 if is_fragment(db):
@@ -267,16 +270,12 @@ class CopyOp(TileOp):
             stmt = _strip_vector_loops(stmt)
         return stmt
 
-    def _lower_fragment_block(self, ctx):
-        """A block of a fragment (extents dividing the fragment's shape, starts at multiples of them) to shared or
-        global memory: the fragment must repeat one sub-fragment over its blocks (Fragment.tile_of), whose
-        registers this thread then copies from the block's register offset."""
+    def _fragment_block(self, ctx, frag):
+        """(sub-fragment, block extents, register offset) of a source block of fragment layout `frag` (extents
+        dividing the fragment's shape, starting at multiples of them): the fragment must repeat one sub-fragment
+        over its blocks (Fragment.tile_of)."""
         from tilex.layout import LayoutError
 
-        sb, db = self.src.buffer, self.dst.buffer
-        frag = ctx.layout_map.get(sb)
-        if frag is None:
-            raise TileOpError(f"{self.describe()}: fragment '{sb.name}' has no layout")
         ext = [_int(e) for e in self.src.extents]
         try:
             sub, strides = frag.tile_of(ext)
@@ -289,22 +288,7 @@ class CopyOp(TileOp):
                 raise TileOpError(f"{self.describe()}: a fragment block must start at a multiple of its extent "
                                   f"{e}, got {m}")
             offset = offset + tirx.floordiv(m, e) * st
-        offset = ctx.analyzer.simplify(offset)
-        bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
-        vec = fragment_vector_width(sub, 8, ctx.analyzer)
-        while vec > 1 and not access_vectorizable(
-                db, lambda ix: self._phys_index_fn(ctx, self.dst)(_tile_index(ext, ix)), ext, vec, ctx.analyzer,
-                bind):
-            vec //= 2
-
-        def make(fix, fgix, l_flat):
-            ix, gix = _tile_index(ext, fix), _tile_index(ext, fgix)
-            value = tirx.BufferLoad(ctx.remap[sb], [l_flat + offset])
-            if str(sb.dtype) != str(db.dtype):
-                value = tirx.Cast(db.dtype, value)
-            return self._guarded(ctx, gix, ctx.store(db, value, self.dst.index(ix)), ix)
-
-        return emit_by_fragment(ctx, sub, vec, make, name="cp", bounds=ext)
+        return sub, ext, ctx.analyzer.simplify(offset)
 
     def _ldmatrix_ok(self, ctx, frag):
         """Whether shared -> fragment can be ``ldmatrix.x4``: a 16-bit 2-d tile whose fragment gives every thread
@@ -425,7 +409,7 @@ def _strip_vector_loops(stmt):
 
 def _fragment_slice(region):
     """None when `region` covers its fragment whole; True for a block whose extents divide the fragment's shape
-    (copied by CopyOp._lower_fragment_block); False for any other part."""
+    (read through CopyOp._fragment_block); False for any other part."""
     shape = [int(x) for x in region.buffer.shape]
     ext = [_int(e) for e in region.extents]
     if ext == shape or [e for e in ext if e != 1] == [x for x in shape if x != 1]:

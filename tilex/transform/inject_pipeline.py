@@ -37,7 +37,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, map_nodes, mutate, walk
+from tilex._tir import BufferLoadNode, map_nodes, mutate, seq_items, walk
 from tilex.language.loop import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
 from tilex.op.base import TileOpError, is_global, is_shared
 from tilex.op.copy import CopyOp
@@ -229,8 +229,7 @@ class _Pipeliner:
     def plan(self, loop, stages=None):
         if stages is None:
             stages = int(loop.annotations[NUM_STAGES])
-        body = loop.body
-        stmts = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        stmts = seq_items(loop.body)
         producers, consumers = [], []
         for s in stmts:
             op = parse_tile_op(s.value) if isinstance(s, tirx.Evaluate) and isinstance(s.value, tvm.ir.Call) else None
@@ -714,8 +713,7 @@ def _segment_attrs(base, lo, hi, loop, body):
 
 
 def _body_stmts(loop):
-    body = loop.body
-    return list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+    return seq_items(loop.body)
 
 
 def _strip(loop):
@@ -786,8 +784,7 @@ def _top_level_loops(body):
     node = body
     while isinstance(node, tirx.AttrStmt):
         node = node.body
-    items = list(node.seq) if isinstance(node, tirx.SeqStmt) else [node]
-    return [s for s in items if isinstance(s, tirx.For)]
+    return [s for s in seq_items(node) if isinstance(s, tirx.For)]
 
 
 def _strip_all(node, m):

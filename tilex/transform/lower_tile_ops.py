@@ -12,7 +12,7 @@ import math
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, map_nodes, mutate, walk
+from tilex._tir import BufferLoadNode, map_nodes, mutate, seq_items, walk
 from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared, target_arch
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
@@ -154,16 +154,11 @@ def _merge_wgmma_groups(stmt):
     queued while the previous iteration's group completes (the wait at the end still covers the stage release)."""
     from tilex.transform.warp_specialize import extern_name
 
-    def flat(s):
-        if isinstance(s, tirx.SeqStmt):
-            out = []
-            for x in s.seq:
-                out.extend(flat(x))
-            return out
-        return [s]
+    def flat(s):  # the gemms' statement lists sit in nested SeqStmts
+        return [y for x in seq_items(s) for y in flat(x)] if isinstance(s, tirx.SeqStmt) else [s]
 
     items = flat(stmt)
-    names = [extern_name(x) if isinstance(x, tirx.Evaluate) else None for x in items]
+    names = [extern_name(x) for x in items]
     keep, i = [], 0
     while i < len(items):
         if tuple(names[i:i + 3]) == _GROUP_SEAM:

@@ -41,9 +41,9 @@ from tvm import tirx
 
 from tilex import config, env
 from tilex.engine.shared_memory import buffer_bits
-from tilex._tir import BufferLoadNode, map_nodes, walk
+from tilex._tir import map_nodes, seq_items, walk
 from tilex.op.partition import substitute
-from tilex.transform.inject_pipeline import WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO
+from tilex.transform.inject_pipeline import WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO, _buffers_used
 from tilex.transform.kernel_scope import outer_launch_chain
 from tilex.transform.thread_block_swizzle import (
     _drop_markers,
@@ -115,8 +115,7 @@ def _replace_launch(body, outer, new_launch):
 
 def _launch_items(chain):
     """The statements directly inside the launch chain (the block's top-level statements)."""
-    inner = chain[-1].body
-    return list(inner.seq) if isinstance(inner, tirx.SeqStmt) else [inner]
+    return seq_items(chain[-1].body)
 
 
 def _loads_not_depending_on(producer, var):
@@ -157,18 +156,30 @@ def _plan(func, attrs, target):
     # never shares bytes with a stage; tests/transform/test_persistent_tiles.py checks the offsets)
     grid = min(slots, tiles)
     # clusters need a grid of whole clusters: drop the few slots left over
-    size = int(config.get("persistent_cluster", 2) or 1)
-    pair = _pair_plan(split[0].then_case, tags, extents, _find_markers(func.body), grid - grid % size)
+    size = _cluster_size()
+    pair = _pair_plan(split[0].then_case, tags, extents, _find_markers(func.body), grid - grid % size, size)
     if pair:
         grid -= grid % pair
     cons = split[0].else_case
-    items = [c for c in (cons.body.seq if isinstance(cons.body, tirx.SeqStmt) else [cons.body]) if not _is_reg_alloc(c)]
-    dropped = _drop_markers(tirx.SeqStmt(items))
-    items = list(dropped.seq) if isinstance(dropped, tirx.SeqStmt) else [dropped]
     size = pair or 1
-    sk = _stream_k_plan(items, tiles // size, grid // size, int(cons.value), tags["threadIdx.x"].node.var,
-                        attrs[0].value)
+    sk = _stream_k_plan(seq_items(_consumer_parts(cons)[1]), tiles // size, grid // size, int(cons.value),
+                        tags["threadIdx.x"].node.var, attrs[0].value)
     return chain, tags, extents, grid, pair, sk
+
+
+def _cluster_size():
+    """Blocks per cluster a persistent grid asks for (``tilex.persistent_cluster``; 2 by default, 1: none)."""
+    size = int(config.get("persistent_cluster", 2) or 1)
+    if size not in (1, 2, 4):
+        raise ValueError(f"tilex.persistent_cluster must be 1, 2 or 4, got {size}")
+    return size
+
+
+def _consumer_parts(cons):
+    """(register-allocation statements, the rest without rasterization markers) of the consumer region."""
+    items = seq_items(cons.body)
+    head = [c for c in items if _is_reg_alloc(c)]
+    return head, _drop_markers(tirx.SeqStmt([c for c in items if not _is_reg_alloc(c)]))
 
 
 def _tma_loads(stmt):
@@ -177,13 +188,10 @@ def _tma_loads(stmt):
     return found
 
 
-def _pair_plan(producer, tags, extents, markers, grid):
+def _pair_plan(producer, tags, extents, markers, grid, size):
     """The cluster size (0: none) of blocks running on tile groups (by = s*q .. s*q + s-1; same bx), the loads
     that do not depend on ``by`` (the operand the group's tiles share) split between the members and multicast to
-    all. ``s`` is 2 unless ``tilex.persistent_cluster`` asks for 4 (or 1: no clusters)."""
-    size = int(config.get("persistent_cluster", 2) or 1)
-    if size not in (1, 2, 4):
-        raise ValueError(f"tilex.persistent_cluster must be 1, 2 or 4, got {size}")
+    all; ``size`` is the cluster size asked for (`_cluster_size`)."""
     if size == 1 or config.get("disable_tma_multicast", False) or "blockIdx.y" not in tags:
         return 0
     if (extents["blockIdx.y"] % size or grid % size or (markers and markers[0][0] % size)
@@ -276,13 +284,15 @@ def _rewrite(body, chain, tags, extents, grid, pair=0, sk=None):
             mapping[by_var] = by
         return mapping
 
+    rounds = units // workers  # with stream-K: whole units first, then shares of the rest
+
     def tile_loop(stmt, name, fixup=None):
         i = tirx.Var(name, "int32")
         unit = worker + i * workers
         if sk is None:
             trips = tirx.floordiv(units - 1 - worker, workers) + 1  # units worker, worker + workers, ... below units
         else:
-            trips = units // workers  # whole units first; stream-K shares the rest
+            trips = rounds
         dp = tirx.For(i, 0, trips, tirx.ForKind.SERIAL,
                       substitute(_resolve_base(stmt, lambda a: i * a.value), coords(unit)))
         if sk is None:
@@ -297,16 +307,16 @@ def _rewrite(body, chain, tags, extents, grid, pair=0, sk=None):
         lo = tirx.max(start - t * n, 0)
         hi = tirx.min(end - t * n, n)
         # the pipeline counter is k - lo + base: iterations this worker ran before the segment, plus k - lo
-        base = (units // workers) * n + t * n + lo - start
+        base = rounds * n + t * n + lo - start
         if fixup is not None:
             stmt = fixup(stmt, t, lo, tirx.Or(lo > 0, hi < n), wsk, n)
-        seg = substitute(_resolve_base(stmt, lambda a: base, lo, hi), coords((units // workers) * workers + t))
+        seg = substitute(_resolve_base(stmt, lambda a: base, lo, hi), coords(rounds * workers + t))
         segments = tirx.floordiv(end - 1, n) - tirx.floordiv(start, n) + 1
         return tirx.SeqStmt([dp, tirx.For(j, 0, segments, tirx.ForKind.SERIAL, seg)])
 
     def fixup(seg, t, lo, partial, wsk, n):
         """After a partial unit's K loop: exchange partial accumulators; only the block holding the sum writes."""
-        items = list(seg.seq) if isinstance(seg, tirx.SeqStmt) else [seg]
+        items = seq_items(seg)
         at = max(i for i, x in enumerate(items) if _base_attrs(x))
         acc = sk["acc"]
         words = (buffer_bits(acc) + 31) // 32
@@ -323,14 +333,12 @@ def _rewrite(body, chain, tags, extents, grid, pair=0, sk=None):
     for s in _launch_items(chain):
         if _is_role_split(s):
             prod_branch, cons = s.then_case, s.else_case
-            p_items = list(prod_branch.seq) if isinstance(prod_branch, tirx.SeqStmt) else [prod_branch]
+            p_items = seq_items(prod_branch)
             if pair:
                 p_items = [_multicast_shared_loads(p, by_var, rank, size) for p in p_items]
             p_items = [tirx.IfThenElse(p.condition, tile_loop(p.then_case, "tile_p"), None)
                        if isinstance(p, tirx.IfThenElse) else p for p in p_items]
-            c_items = list(cons.body.seq) if isinstance(cons.body, tirx.SeqStmt) else [cons.body]
-            head = [c for c in c_items if _is_reg_alloc(c)]
-            rest = _drop_markers(tirx.SeqStmt([c for c in c_items if not _is_reg_alloc(c)]))
+            head, rest = _consumer_parts(cons)
             if pair:
                 rest = _release_to_both(rest, rank, size)
             c_body = tirx.SeqStmt(head + [tile_loop(rest, "tile_c", fixup if sk is not None else None)])
@@ -411,7 +419,7 @@ def _rewrite_row_cluster(chain, size):
     return new_body
 
 
-GLOBAL_WRITE_EXTERNS = ("tilex::tma_store_2d",)
+GLOBAL_WRITE_EXTERNS = ("tilex::tma_store_2d", "tilex::atomic", "tilex::red")  # name prefixes
 
 
 def _writes_global(stmt):
@@ -422,8 +430,7 @@ def _writes_global(stmt):
             found.append(n)
 
     def on_eval(n):
-        name = extern_name(n) or ""
-        if name.startswith(GLOBAL_WRITE_EXTERNS) or name.startswith("tilex::atomic") or name.startswith("tilex::red"):
+        if (extern_name(n) or "").startswith(GLOBAL_WRITE_EXTERNS):
             found.append(n)
 
     walk(stmt, [(tirx.BufferStore, on_store), (tirx.Evaluate, on_eval)])
@@ -437,20 +444,12 @@ def _only_if(stmt, cond):
 
 
 def _local_buffers(stmt):
-    used = []
-
-    def add(buf):
-        if buf.scope() == "local" and not any(buf.same_as(b) for b in used):
-            used.append(buf)
-
-    walk(stmt, [(BufferLoadNode, lambda n: add(n.source)), (tirx.BufferStore, lambda n: add(n.buffer))])
-    return used
+    return [b for b in _buffers_used(stmt) if b.scope() == "local"]
 
 
 def _uses_buffer(stmt, buf):
     """Whether `stmt` reads or writes `buf` (through loads, stores or its data pointer, as tensor-core calls do)."""
     found = []
-
     # (TVM 0.27 spells a buffer's data pointer as the call tirx.buffer_data(var))
     data = buf.data
     key = data.args[0] if isinstance(data, tvm.ir.Call) else data

@@ -30,7 +30,7 @@ import tvm
 from tvm import tirx
 from tvm.ir import Op
 
-from tilex._tir import mutate, walk
+from tilex._tir import mutate, seq_items, walk
 from tilex.language.annotate import SWIZZLE_ORDERS, USE_SWIZZLE_OP
 from tilex.transform.kernel_scope import launch_chain
 
@@ -116,7 +116,7 @@ def _rewrite_launch(attr, panel_size, order):
         ana.bind(hy, tvm.ir.Range.from_min_extent(0, gy))
         bx, by = ivs["blockIdx.x"].node.var, ivs["blockIdx.y"].node.var
         binds = [tirx.Bind(bx, ana.simplify(bx_val)), tirx.Bind(by, ana.simplify(by_val))]
-        rest = list(body.seq) if isinstance(body, tirx.SeqStmt) else [body]
+        rest = seq_items(body)
         new_body = tirx.SeqStmt(binds + rest)
     for a in reversed(chain):
         iv = new_ivs.get(a.node.thread_tag, a.node)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex._tir import map_nodes, walk
+from tilex._tir import map_nodes, seq_items, walk
 from tilex.engine.shared_memory import buffer_bits, buffer_bytes
 from tilex.transform.inject_pipeline import WS_INIT, WS_PRODUCER
 from tilex.transform.kernel_scope import kernel_info
@@ -87,7 +87,7 @@ def warp_specialize(func):
 
 
 def _split(launch, found, t, consumers):
-    items = list(launch.body.seq) if isinstance(launch.body, tirx.SeqStmt) else [launch.body]
+    items = seq_items(launch.body)
     producer = [s for s in items if isinstance(s, tirx.AttrStmt) and s.attr_key == WS_PRODUCER]
     if not producer:
         return launch
