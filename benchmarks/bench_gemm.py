@@ -12,7 +12,7 @@ from triton.testing import do_bench  # noqa: E402
 import tilex  # noqa: E402
 
 CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1: swap A/B)[, C staged in shared
-    #             [, stream-K]]])
+    #             [, stream-K[, swap-AB with A's row blocks on grid x]]]])
     (128, 256, 64, 4, 256, 0),
     (128, 256, 64, 4, 256, 16),
     (128, 256, 64, 3, 256, 0, 1, 1),
@@ -23,8 +23,9 @@ CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1:
     (128, 64, 64, 8, 256, 0),
     (128, 64, 128, 4, 128, 0),
     (64, 128, 64, 4, 128, 0, 4),
-    (128, 64, 64, 8, 128, 0, -1),
     (128, 64, 64, 9, 128, 0, -1),
+    (64, 128, 64, 8, 128, 0, -1, 0, 0, 1),
+    (64, 128, 64, 8, 128, 0, -1, 1, 0, 1),
     (16, 64, 64, 12, 128, 0, -1),
     (16, 128, 64, 10, 128, 0, -1),
     (16, 64, 64, 16, 128, 0, -1),
@@ -39,10 +40,12 @@ def program(M, N, K, dtype, cfg):
     """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices, a
     7th of -1 = `matmul_swap_ab` (skinny A: blocks compute C^T tiles; see `applies`), an 8th (1) = `matmul` writing C
     through a shared tile (a TMA store on sm90; > 1: in column blocks of that width), a 9th (1) = compiled with
-    stream-K (`pass_configs`)."""
+    stream-K (`pass_configs`), a 10th (1) = swap-AB with A's row blocks on the grid's x axis (the blocks that
+    read one tile of B run side by side)."""
     bm, bn, bk, st, th, sw = cfg[:6]
     if len(cfg) > 6 and cfg[6] == -1:
-        return matmul_swap_ab(M, N, K, bm, bn, bk, st, th, dtype=dtype)
+        return matmul_swap_ab(M, N, K, bm, bn, bk, st, th, dtype=dtype, stage_c=len(cfg) > 7 and bool(cfg[7]),
+                              m_major=len(cfg) > 9 and bool(cfg[9]))
     if len(cfg) > 6 and cfg[6] > 1:
         return matmul_splitk(M, N, K, bm, bn, bk, st, th, cfg[6], dtype=dtype)
     staged = cfg[7] if len(cfg) > 7 else 0

@@ -71,14 +71,19 @@ def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, spli
     return main
 
 
-def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dtype="float16", accum="float32"):
+def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dtype="float16", accum="float32",
+                   stage_c=False, m_major=False):
     """C = A @ B for skinny A (M well below 64 rows): each block computes the transposed tile C^T = B^T A^T, so
     the wide dimension N fills the 64-row side of the tensor-core instruction and the few rows of A become its
-    narrow N side (16 or 32) instead of padding A's tile to 64 rows."""
+    narrow N side (16 or 32) instead of padding A's tile to 64 rows. `m_major` puts the row blocks of A on the
+    grid's x axis (clusters along x then share one tile of B)."""
+    grid = (T.ceildiv(M, bm), T.ceildiv(N, bn)) if m_major else (T.ceildiv(N, bn), T.ceildiv(M, bm))
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+        with T.Kernel(grid[0], grid[1], threads=threads) as (b0, b1):
+            bx = b1 if m_major else b0
+            by = b0 if m_major else b1
             A_s = T.alloc_shared((bm, bk), dtype)
             B_s = T.alloc_shared((bk, bn), dtype)
             Ct_l = T.alloc_fragment((bn, bm), accum)
@@ -87,8 +92,14 @@ def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dty
                 T.copy(A[by * bm, k * bk], A_s)
                 T.copy(B[k * bk, bx * bn], B_s)
                 T.gemm(B_s, A_s, Ct_l, transpose_A=True, transpose_B=True)  # (B_s)^T @ (A_s)^T
-            for j, i in T.Parallel(bn, bm):
-                if by * bm + i < M and bx * bn + j < N:
-                    C[by * bm + i, bx * bn + j] = Ct_l[j, i]
+            if stage_c:
+                C_s = T.alloc_shared((bm, bn), dtype)
+                for j, i in T.Parallel(bn, bm):
+                    C_s[i, j] = Ct_l[j, i]
+                T.copy(C_s, C[by * bm, bx * bn])
+            else:
+                for j, i in T.Parallel(bn, bm):
+                    if by * bm + i < M and bx * bn + j < N:
+                        C[by * bm + i, bx * bn + j] = Ct_l[j, i]
 
     return main

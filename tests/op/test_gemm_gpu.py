@@ -159,3 +159,23 @@ def test_swap_ab_gemm(case, dtype):
     kernel = tilex.compile(matmul_swap_ab(M, N, K, *cfg, dtype=dtype), out_idx=[2])
     a, b = _operands(M, N, K, dtype)
     _assert_product(kernel(a, b), a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("case", [(128, 8192, 8192, 8, 128, True, {}), (128, 8192, 8192, 8, 256, False, {}),
+                                  (100, 3000, 1000, 6, 128, True, {}), (200, 1000, 2048, 6, 128, False, {}),
+                                  (128, 4096, 4096, 8, 128, False, {"tilex.cluster_size": 2}),
+                                  (100, 3000, 1000, 6, 128, True, {"tilex.disable_tma_store": True})],
+                         ids=lambda c: "x".join(map(str, c[:3])) + f"_s{c[3]}_t{c[4]}" + ("_stagec" if c[5] else "")
+                         + "".join("_" + k.split(".")[1] for k in c[6]))
+def test_swap_ab_row_blocks_on_x(case, dtype):
+    """Swap-AB with A's row blocks on the grid's x axis (64-row blocks, C^T tiles of 128 x 64), C written directly
+    or through a shared tile; ragged M, N and K; clusters along x multicasting B."""
+    from gemm_kernels import matmul_swap_ab
+
+    M, N, K, stages, threads, stage_c, pc = case
+    kernel = tilex.compile(matmul_swap_ab(M, N, K, 64, 128, 64, stages, threads, dtype=dtype, stage_c=stage_c,
+                                          m_major=True), out_idx=[2], pass_configs=pc)
+    a, b = _operands(M, N, K, dtype)
+    _assert_product(kernel(a, b), a, b)

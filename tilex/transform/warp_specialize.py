@@ -99,7 +99,7 @@ def _split(launch, found, t, consumers):
             and not (isinstance(s, tirx.AttrStmt) and s.attr_key in (WS_PRODUCER, WS_INIT))]
     blocks, _, regs = register_budget(consumers, _shared_bytes(allocs), _local_words(allocs))
     prod = tirx.SeqStmt([_ext(f"tilex::reg_dealloc<{PRODUCER_REGS}>"),
-                         tirx.IfThenElse(t == consumers, producer[0].body, None)])
+                         tirx.IfThenElse(t == consumers, _inline_binds(items, producer[0].body), None)])
     cons = tirx.AttrStmt(tirx.const(0, "int32"), WS_CONSUMER, consumers,
                          tirx.SeqStmt([_ext(f"tilex::reg_alloc<{regs}>")] + rest))
     # the register split above assumes `blocks` resident blocks: the CUDA postprocessor turns this marker into
@@ -112,6 +112,41 @@ def _split(launch, found, t, consumers):
     new_iv = tirx.IterVar(tvm.ir.Range(0, total), iv.var, iv.iter_type, iv.thread_tag)
     found["done"] = True
     return tirx.AttrStmt(new_iv, "thread_extent", tirx.const(total, "int32"), body)
+
+
+def _inline_binds(items, body):
+    """`body` with the kernel's scalar bindings substituted: ``bx = b1`` before the pipelined loop (a Bind, or a
+    one-element local buffer stored once) stays with the consumers, so the producer gets the value itself. Later
+    passes then also see the producer's loads in terms of the block indices (what a load depends on decides
+    whether a cluster multicasts it)."""
+    from tilex._tir import BufferLoadNode, load_buffer
+    from tilex.op.partition import substitute
+
+    stores = {}
+    walk(tirx.SeqStmt(items) if len(items) > 1 else items[0],
+         (tirx.BufferStore, lambda n: stores.__setitem__(n.buffer, stores.get(n.buffer, 0) + 1)))
+    values, scalars = {}, {}
+
+    def resolve(expr):
+        expr = substitute(expr, values)
+        return map_nodes(expr, (BufferLoadNode, lambda n: scalars.get(load_buffer(n), n)))
+
+    for s in items:
+        if isinstance(s, tirx.Bind):
+            values[s.var] = resolve(s.value)
+        elif (isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and stores[s.buffer] == 1
+              and _elements(s.buffer) == 1):
+            scalars[s.buffer] = resolve(s.value)
+    return resolve(body) if values or scalars else body
+
+
+def _elements(buf):
+    n = 1
+    for d in buf.shape:
+        if not hasattr(d, "value"):
+            return None
+        n *= int(d.value)
+    return n
 
 
 WS_PRODUCER_SIDE = "tilex.ws_producer_side"  # node: the role-split condition; body: the producer's statements
