@@ -50,5 +50,10 @@ def scope(options):
         _current.reset(token)
 
 
+def current() -> dict:
+    """The tilex options in effect (short names)."""
+    return dict(_current.get())
+
+
 def get(name, default=None):
     return _current.get().get(name, default)

@@ -38,3 +38,51 @@ def test_cluster_multicasts_only_what_the_bound_index_leaves_shared():
     multicast = [line for line in lines if "tilex::tma_load_2d_multicast" in line]
     assert len(plain) == 1 and "A_tmap0" in plain[0]
     assert len(multicast) == 2 and all("B_tmap1" in line for line in multicast)
+
+
+def _row_chosen_at_run_time(M=1024, N=1024, K=1024):
+    """A GEMM whose A rows come from a local variable assigned twice (the producer cannot know its value)."""
+    import tilex.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(N // 128, M // 128, threads=128) as (bx, by):
+            row = T.alloc_var("int32")
+            row = by
+            if bx > 3:
+                row = M // 128 - 1 - by  # reversed rows for the right half of the grid
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(K // 32, num_stages=3):
+                T.copy(A[row * 128, k * 32], A_s)
+                T.copy(B[k * 32, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * 128, bx * 128])
+
+    return main
+
+
+def test_producer_needing_consumer_state_falls_back_to_cp_async():
+    """Copies indexed by a variable only the consumers compute: no producer warpgroup (it would read a local it
+    never wrote); every thread copies with cp.async instead."""
+    script = lower_to_tir(_row_chosen_at_run_time(), SM90, {})["main"].script()
+    assert "tilex::reg_dealloc" not in script and "tilex::tma_load_2d" not in script
+    assert "cp_async" in script or "cp.async" in script
+
+
+@pytest.mark.gpu
+def test_producer_needing_consumer_state_runs():
+    import torch
+
+    import tilex
+
+    kernel = tilex.compile(_row_chosen_at_run_time(), out_idx=[2])
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
+    c = kernel(a, b).float()
+    ref = (a.float() @ b.float())
+    flipped = ref.view(8, 128, 1024).flip(0).reshape(1024, 1024)
+    expect = torch.where(torch.arange(1024, device="cuda")[None, :] >= 512, flipped, ref)
+    torch.testing.assert_close(c / 32, expect / 32, atol=1e-2, rtol=1e-2)

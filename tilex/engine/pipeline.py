@@ -21,7 +21,13 @@ from tilex.transform.inject_pipeline import inject_pipeline
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
 from tilex.transform.persistent_tiles import persistent_tiles
-from tilex.transform.warp_specialize import BulkStoreWaits, NamedBarriers, UnfoldRoles, warp_specialize
+from tilex.transform.warp_specialize import (
+    BulkStoreWaits,
+    NamedBarriers,
+    ProducerNeedsConsumerState,
+    UnfoldRoles,
+    warp_specialize,
+)
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 
 PIPELINE_NAME = "tilex"
@@ -31,11 +37,20 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     """tilex's own passes, tile program -> plain per-thread TIR. They run as Python calls (not through TVM's pass
     manager) so that a user error keeps its Python type (LayoutConflictError, TileOpError, ...)."""
     func = canonicalize(func)
-    func = inject_pipeline(func, target)
-    func = layout_inference(func, target)
-    func = warp_specialize(lower_tile_ops(func, target))
+    try:
+        func = _lower_and_specialize(func, target)
+    except ProducerNeedsConsumerState:
+        # the producer warpgroup cannot compute the copies' indices: every thread copies (cp.async pipeline)
+        with config.scope({**config.current(), "disable_warp_specialized": True}):
+            func = _lower_and_specialize(func, target)
     func = persistent_tiles(func, target)
     return thread_block_swizzle(func)  # after lowering: bounds proofs see grid ranges
+
+
+def _lower_and_specialize(func, target):
+    func = inject_pipeline(func, target)
+    func = layout_inference(func, target)
+    return warp_specialize(lower_tile_ops(func, target))
 
 
 def tvm_passes(config):

@@ -137,7 +137,28 @@ def _inline_binds(items, body):
         elif (isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and stores[s.buffer] == 1
               and _elements(s.buffer) == 1):
             scalars[s.buffer] = resolve(s.value)
-    return resolve(body) if values or scalars else body
+    body = resolve(body) if values or scalars else body
+    _check_producer_locals(body)
+    return body
+
+
+def _check_producer_locals(body):
+    """The producer runs none of the consumers' statements: a local it reads must be written in its own loop."""
+    from tilex._tir import BufferLoadNode, load_buffer
+
+    written, read = set(), []
+    walk(body, (tirx.BufferStore, lambda n: written.add(n.buffer)))
+    walk(body, (BufferLoadNode, lambda n: read.append(load_buffer(n))))
+    missing = sorted({b.name for b in read if b.scope() == "local" and b not in written})
+    if missing:
+        raise ProducerNeedsConsumerState(
+            f"warp specialization: the producer's copies read local variable(s) {missing}, which only the consumer "
+            "warpgroups compute (only scalars bound once before the pipelined loop are passed on)")
+
+
+class ProducerNeedsConsumerState(ValueError):
+    """The producer loop would read values only the consumers compute; the kernel is built without warp
+    specialization instead (`tilex.engine.pipeline.run_tile_passes`)."""
 
 
 def _elements(buf):
