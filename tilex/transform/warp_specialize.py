@@ -19,7 +19,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex._tir import map_nodes, seq_items, walk
+from tilex._tir import BufferLoadNode, load_buffer, map_nodes, seq_items, walk
 from tilex.engine.shared_memory import buffer_bits, buffer_bytes
 from tilex.transform.inject_pipeline import WS_INIT, WS_PRODUCER
 from tilex.transform.kernel_scope import kernel_info
@@ -99,7 +99,7 @@ def _split(launch, found, t, consumers):
             and not (isinstance(s, tirx.AttrStmt) and s.attr_key in (WS_PRODUCER, WS_INIT))]
     blocks, _, regs = register_budget(consumers, _shared_bytes(allocs), _local_words(allocs))
     prod = tirx.SeqStmt([_ext(f"tilex::reg_dealloc<{PRODUCER_REGS}>"),
-                         tirx.IfThenElse(t == consumers, _inline_binds(items, producer[0].body), None)])
+                         tirx.IfThenElse(t == consumers, _inline_scalars(launch.body, producer[0].body), None)])
     cons = tirx.AttrStmt(tirx.const(0, "int32"), WS_CONSUMER, consumers,
                          tirx.SeqStmt([_ext(f"tilex::reg_alloc<{regs}>")] + rest))
     # the register split above assumes `blocks` resident blocks: the CUDA postprocessor turns this marker into
@@ -114,38 +114,29 @@ def _split(launch, found, t, consumers):
     return tirx.AttrStmt(new_iv, "thread_extent", tirx.const(total, "int32"), body)
 
 
-def _inline_binds(items, body):
-    """`body` with the kernel's scalar bindings substituted: ``bx = b1`` before the pipelined loop (a Bind, or a
-    one-element local buffer stored once) stays with the consumers, so the producer gets the value itself. Later
-    passes then also see the producer's loads in terms of the block indices (what a load depends on decides
-    whether a cluster multicasts it)."""
-    from tilex._tir import BufferLoadNode, load_buffer
-    from tilex.op.partition import substitute
-
+def _inline_scalars(kernel_body, body):
+    """`body` with the kernel's scalars substituted: ``bx = b1`` before the pipelined loop (the frontend makes it a
+    one-element local, stored once) stays with the consumers, so the producer gets the value itself. Later passes
+    then also see the producer's loads in terms of the block indices (what a load depends on decides whether a
+    cluster multicasts it)."""
     stores = {}
-    walk(tirx.SeqStmt(items) if len(items) > 1 else items[0],
-         (tirx.BufferStore, lambda n: stores.__setitem__(n.buffer, stores.get(n.buffer, 0) + 1)))
-    values, scalars = {}, {}
+    walk(kernel_body, (tirx.BufferStore, lambda n: stores.__setitem__(n.buffer, stores.get(n.buffer, 0) + 1)))
+    scalars = {}
 
     def resolve(expr):
-        expr = substitute(expr, values)
         return map_nodes(expr, (BufferLoadNode, lambda n: scalars.get(load_buffer(n), n)))
 
-    for s in items:
-        if isinstance(s, tirx.Bind):
-            values[s.var] = resolve(s.value)
-        elif (isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and stores[s.buffer] == 1
-              and _elements(s.buffer) == 1):
+    for s in seq_items(kernel_body):
+        if (isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and stores[s.buffer] == 1
+                and all(hasattr(d, "value") and int(d.value) == 1 for d in s.buffer.shape)):
             scalars[s.buffer] = resolve(s.value)
-    body = resolve(body) if values or scalars else body
+    body = resolve(body) if scalars else body
     _check_producer_locals(body)
     return body
 
 
 def _check_producer_locals(body):
     """The producer runs none of the consumers' statements: a local it reads must be written in its own loop."""
-    from tilex._tir import BufferLoadNode, load_buffer
-
     written, read = set(), []
     walk(body, (tirx.BufferStore, lambda n: written.add(n.buffer)))
     walk(body, (BufferLoadNode, lambda n: read.append(load_buffer(n))))
@@ -159,15 +150,6 @@ def _check_producer_locals(body):
 class ProducerNeedsConsumerState(ValueError):
     """The producer loop would read values only the consumers compute; the kernel is built without warp
     specialization instead (`tilex.engine.pipeline.run_tile_passes`)."""
-
-
-def _elements(buf):
-    n = 1
-    for d in buf.shape:
-        if not hasattr(d, "value"):
-            return None
-        n *= int(d.value)
-    return n
 
 
 WS_PRODUCER_SIDE = "tilex.ws_producer_side"  # node: the role-split condition; body: the producer's statements
