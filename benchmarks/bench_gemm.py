@@ -1,15 +1,12 @@
 """GEMM benchmark: ratio torch (cuBLAS) time / tilex time (higher is better), measured in one process."""
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import torch
+from triton.testing import do_bench
 
-import torch  # noqa: E402
-from gemm_kernels import matmul, matmul_splitk, matmul_swap_ab  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
-
-import tilex  # noqa: E402
+import tilex
+from tilex.kernels.gemm import matmul, matmul_splitk, matmul_swap_ab
 
 CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1: swap A/B)[, C staged in shared
     #             [, stream-K[, swap-AB with A's row blocks on grid x]]]])

@@ -3,17 +3,12 @@
 Prints achieved bandwidth (bytes read + written / time), the device's measured copy bandwidth (torch copy of
 the same number of bytes), the fraction of it reached, and torch time / tilex time.
 """
-import os
-import sys
+import torch
+from triton.testing import do_bench
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
-
-import torch  # noqa: E402
-from norms import rmsnorm_kernel  # noqa: E402
-from softmax import softmax_kernel  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
-
-import tilex  # noqa: E402
+import tilex
+from tilex.kernels.norms import rmsnorm_kernel
+from tilex.kernels.softmax import softmax_kernel
 
 SHAPES = [(4096, 4096), (16384, 8192)]
 CONFIGS = [dict(bm=1, threads=128), dict(bm=1, threads=256), dict(bm=1, threads=512), dict(bm=2, threads=256)]

@@ -1,5 +1,5 @@
-"""Autotune the GEMM of gemm_kernels.py over 8 configurations (incl. C staged through shared memory) and compare
-the best with torch (cuBLAS).
+"""Autotune the GEMM tile program `matmul` (tilex/kernels/gemm.py) over 8 configurations (incl. C staged through
+shared memory) and compare the best with torch (cuBLAS).
 
     python examples/autotune_gemm.py                  # 4096^3 float16
     python examples/autotune_gemm.py --size 8192 --dtype bfloat16 --no-cache
@@ -10,16 +10,12 @@ only that one and does not benchmark; --no-cache or tilex.autotuner.clear_cache(
 Without a GPU only the compile phase runs (for sm_90a), and its table is printed.
 """
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
 
-import torch  # noqa: E402
-from gemm_kernels import matmul  # noqa: E402
-
-import tilex  # noqa: E402
-from tilex.autotuner import AutoTuner  # noqa: E402
+import tilex
+from tilex.autotuner import AutoTuner
+from tilex.kernels.gemm import matmul
 
 CONFIGS = [
     dict(bm=128, bn=128, bk=64, num_stages=4, threads=256, swizzle=8),

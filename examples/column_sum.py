@@ -1,13 +1,8 @@
 """Column sums of an fp32 (M, N) matrix: block (bx, by) owns `bn` columns and one of `splits` row slices; it walks
 down its rows in (bm, bn) tiles accumulating with `T.reduce_sum(..., dim=0, clear=False)`, then adds its partial
 sums into the (zero-initialized) output with `T.atomic_add`."""
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import tilex  # noqa: E402
-import tilex.language as T  # noqa: E402
+import tilex
+import tilex.language as T
 
 
 def column_sum_kernel(M, N, bm=32, bn=128, threads=128, splits=16):

@@ -1,11 +1,6 @@
 """GEMM with a fused epilogue: C = act(A @ B + bias), bias broadcast along rows through a register fragment."""
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import tilex  # noqa: E402
-import tilex.language as T  # noqa: E402
+import tilex
+import tilex.language as T
 
 
 def gemm_bias_act_kernel(M, N, K, act="relu", bm=128, bn=128, bk=64, stages=3, threads=128, dtype="float16"):

@@ -1,17 +1,15 @@
-"""Quickstart: a pipelined tensor-core GEMM written with tilex.language.
+"""Quickstart: a pipelined tensor-core GEMM written with tilex.language (the tile program is `matmul` in
+tilex/kernels/gemm.py).
 
 With a CUDA GPU: compiles, checks against torch and prints the speed ratio (torch time / tilex time).
 Without one: prints the generated CUDA source.
 """
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch
 
-import torch  # noqa: E402
-from gemm_kernels import matmul  # noqa: E402
-
-import tilex  # noqa: E402
+import tilex
+from tilex.kernels.gemm import matmul
 
 
 def main(M=4096, N=4096, K=4096):

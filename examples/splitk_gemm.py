@@ -1,12 +1,7 @@
 """Split-K GEMM: the K dimension is cut into `split_k` slices computed by separate blocks (grid z), each
 accumulating its partial tile into an fp32 C with `T.atomic_add`. Pays off for small M x N with a long K."""
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import tilex  # noqa: E402
-import tilex.language as T  # noqa: E402
+import tilex
+import tilex.language as T
 
 
 def splitk_gemm_kernel(M, N, K, split_k=4, bm=128, bn=128, bk=64, stages=3, threads=128, dtype="float16"):

@@ -1,12 +1,7 @@
 """Matrix transpose through shared memory: coalesced tile loads, a transposed read of the shared tile into
 registers, coalesced stores."""
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import tilex  # noqa: E402
-import tilex.language as T  # noqa: E402
+import tilex
+import tilex.language as T
 
 
 def transpose_kernel(M, N, b=64, threads=256, dtype="float16"):

@@ -4,12 +4,18 @@
     kernel = tilex.compile(prim_func, out_idx=-1)      # target="auto": the current GPU's arch
     C = kernel(A, B)                                   # torch CUDA tensors in, outputs allocated
 
-See README.md.
+    @tilex.jit(out_idx=[-1])                           # or: a kernel factory that returns compiled kernels
+    def matmul(M, N, K, bm=128, bn=128, bk=32): ...    # (returns a T.prim_func)
+    kernel = matmul(1024, 1024, 1024)
+
+``tilex.jit`` is both the JIT package (``tilex.jit.compile``, ``tilex.jit.JITKernel``, ...) and, called, the
+``@tilex.jit`` decorator. See README.md.
 """
 __version__ = "0.1.0"
 
 from . import env  # noqa: E402
+from . import jit  # noqa: E402  (the package; calling it is the @tilex.jit decorator)
 from .jit import JITKernel, TilexCompileError, compile  # noqa: E402,A004
 from .autotuner import autotune, AutoTuner  # noqa: E402
 
-__all__ = ["__version__", "compile", "JITKernel", "TilexCompileError", "env", "autotune", "AutoTuner"]
+__all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "env", "autotune", "AutoTuner"]

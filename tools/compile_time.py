@@ -1,11 +1,11 @@
 """Compile time of one GEMM kernel (parse + tilex passes + TVM codegen + nvcc), cache disabled."""
-import os, sys, time
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sys.path.insert(0, os.path.join(ROOT, "examples"))
-sys.path.insert(0, ROOT)
+import os
+import time
+
 os.environ["TILEX_DISABLE_CACHE"] = "1"
-from gemm_kernels import matmul
-import tilex
+import tilex  # noqa: E402
+from tilex.kernels.gemm import matmul  # noqa: E402
+
 ts = []
 for i in range(3):
     t0 = time.perf_counter()

@@ -3,12 +3,10 @@ import os
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 os.environ["TILEX_DISABLE_CACHE"] = "1"
-from gemm_kernels import matmul  # noqa: E402
-
 import tilex  # noqa: E402
 from tilex import env  # noqa: E402
+from tilex.kernels.gemm import matmul  # noqa: E402
 
 M, N, K = map(int, sys.argv[1:4])
 c = [int(x) for x in sys.argv[4].split(",")]

@@ -12,6 +12,7 @@ import tilex
 import tilex.autotuner as at
 import tune_kernels
 from tilex.autotuner import cache as acache
+from tilex.autotuner import inputs, results
 from tilex.autotuner import tuner as tuner_mod
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -143,11 +144,11 @@ def test_cache_key_follows_the_program(monkeypatch):
 
 def test_cache_key_same_in_another_process():
     k0 = _tuner([GOOD, SMALL]).cache_key(512, 512, 512)
-    code = ("import sys; sys.path.insert(0, %r); sys.path.insert(0, %r)\n"
-            "import tilex.autotuner as at, tune_kernels\n"
+    code = ("import tilex.autotuner as at, tune_kernels\n"
             "t = at.AutoTuner(tune_kernels.matmul, [%r, %r], out_idx=[2], target='sm_90a')\n"
-            "print(t.cache_key(512, 512, 512))\n") % (REPO, HERE, GOOD, SMALL)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            "print(t.cache_key(512, 512, 512))\n") % (GOOD, SMALL)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, REPO])))
     assert out.stdout.strip().splitlines()[-1] == k0
 
 
@@ -155,7 +156,7 @@ def test_stable_repr():
     assert acache.stable_repr((1, 2)) != acache.stable_repr([1, 2])
     assert acache.stable_repr({"b": 1, "a": 2}) == acache.stable_repr({"a": 2, "b": 1})
     assert acache.stable_repr(torch.float16) == {"torch": "torch.float16"}
-    assert acache.stable_repr(tune_kernels.matmul) == {"callable": "gemm_kernels.matmul"}
+    assert acache.stable_repr(tune_kernels.matmul) == {"callable": "tilex.kernels.gemm.matmul"}
     with pytest.raises(acache.UnstableKeyError):
         acache.stable_repr(object())
     # an argument without a stable representation disables caching instead of failing
@@ -286,11 +287,11 @@ def test_factory_errors_are_recorded():
 
 
 def test_nvcc_error_reason():
-    from tilex.jit.nvcc import TilexCompileError
+    from tilex.jit import TilexCompileError
 
     err = TilexCompileError("tilex: nvcc failed", ["nvcc"], "/tmp/x/kernel_1.cu(12): error: identifier \"foo\" is "
                             "undefined\n1 error detected", "/tmp/x/kernel_1.cu")
-    assert tuner_mod._reason_of(err) == 'nvcc: error: identifier "foo" is undefined'
+    assert results.reason_of(err) == 'nvcc: error: identifier "foo" is undefined'
 
 
 def test_all_failing_configs_raise_with_table(monkeypatch):
@@ -307,13 +308,13 @@ def test_all_failing_configs_raise_with_table(monkeypatch):
 
 def test_compare():
     ref = torch.arange(12, dtype=torch.float32).reshape(3, 4)
-    assert tuner_mod._compare(ref.half(), ref, 1e-2, 1e-2) == ("", 0.0)
+    assert inputs.compare_outputs(ref.half(), ref, 1e-2, 1e-2) == ("", 0.0)
     bad = ref.clone()
     bad[1, 2] += 0.5
-    reason, err = tuner_mod._compare(bad, ref, 1e-2, 1e-2)
+    reason, err = inputs.compare_outputs(bad, ref, 1e-2, 1e-2)
     assert "max abs error 0.5" in reason and "1/12 elements" in reason and err == pytest.approx(0.5)
-    assert "2 output(s)" in tuner_mod._compare((ref, ref), ref, 1e-2, 1e-2)[0]
-    assert "shape" in tuner_mod._compare(ref.T, ref, 1e-2, 1e-2)[0]
+    assert "2 output(s)" in inputs.compare_outputs((ref, ref), ref, 1e-2, 1e-2)[0]
+    assert "shape" in inputs.compare_outputs(ref.T, ref, 1e-2, 1e-2)[0]
 
 
 def test_jit_decorator_and_explicit_config():
@@ -326,6 +327,18 @@ def test_jit_decorator_and_explicit_config():
     # every tuned parameter given: compiled as asked, nothing tuned (so no GPU needed)
     k = tuned(256, 256, 256, bm=64, bn=64, bk=32, num_stages=2, threads=128)
     assert k.config == SMALL and k.latency is None
+
+
+def test_jitted_factory_in_worker_processes():
+    """@tilex.autotune over a module-level @tilex.jit factory: the workers import the module attribute (the
+    JitFactory), unwrap it, and compile with the jit's compile arguments."""
+    tuned = at.autotune(configs=[dict(block=256), dict(block=512)], max_workers=2, progress=False)(
+        tune_kernels.scale_jit)
+    assert tuned.tuner.factory is tune_kernels.scale_jit.__wrapped__ and tuned.tuner.out_idx == [1]
+    rep = tuned.tuner.compile(4096)
+    assert rep.mode == "process", rep.mode_reason
+    assert [r.status for r in rep.results] == [at.COMPILED, at.COMPILED], rep.table()
+    assert rep.results[1].kernel.out_idx == [1] and "__global__" in rep.results[1].kernel.get_kernel_source()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CPU-only behaviour")
@@ -373,15 +386,15 @@ def test_unguarded_script_falls_back_to_threads(tmp_path):
     re-run it; the tuner notices that the workers cannot start and compiles in threads."""
     script = tmp_path / "unguarded.py"
     script.write_text(
-        "import sys, warnings\n"
-        f"sys.path.insert(0, {REPO!r}); sys.path.insert(0, {HERE!r})\n"
+        "import warnings\n"
         "import tilex.autotuner as at, tune_kernels\n"
         f"t = at.AutoTuner(tune_kernels.matmul, [{SMALL!r}], out_idx=[2], target='sm_90a', progress=False)\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
         "    rep = t.compile(256, 256, 256)\n"
         "print('RESULT', rep.mode, [r.status for r in rep.results], any('__main__' in str(x.message) for x in w))\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, REPO])))
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
     assert lines == ["RESULT thread ['compiled'] True"], out.stdout + out.stderr[-3000:]
 

@@ -1,19 +1,17 @@
 """Kernel factories for the autotuner tests (an importable module, so that worker processes find them)."""
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
-
-import tilex.language as T  # noqa: E402
-from gemm_kernels import matmul  # noqa: E402,F401  (re-exported)
+import tilex
+import tilex.language as T
+from tilex.kernels.gemm import matmul  # noqa: F401  (re-exported)
 
 #: changes the program `scale` builds (to test that the autotune cache key follows the program text)
 VARIANT = 2.0
 
 
 def gemm(M, N, K, bm=128, bn=128, bk=64, num_stages=3, threads=128, delay=0.0, crash=False):
-    """examples/gemm_kernels.matmul with two test knobs: ``delay`` (sleep first) and ``crash`` (kill the
+    """tilex.kernels.gemm.matmul with two test knobs: ``delay`` (sleep first) and ``crash`` (kill the
     process building it)."""
     if crash:
         os._exit(3)
@@ -33,3 +31,9 @@ def scale(N, block=256, threads=128):
                 B[bx * block + i] = A[bx * block + i] * factor
 
     return main
+
+
+@tilex.jit(out_idx=[1], target="sm_90a")
+def scale_jit(N, block=256, threads=128):
+    """`scale` under @tilex.jit (the module attribute is the JitFactory; worker processes unwrap it)."""
+    return scale(N, block, threads)

@@ -1,19 +1,29 @@
-"""The examples against torch on the GPU, including ragged shapes."""
-import os
-import sys
+"""The examples' tile programs against torch on the GPU, including ragged shapes: softmax and the norms from
+tilex.kernels, the others from the example scripts themselves (examples/*.py, run as modules: main() not called)."""
+import pathlib
+import runpy
 
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 
 torch = pytest.importorskip("torch")
 
 import tilex  # noqa: E402
-from column_sum import column_sum_kernel  # noqa: E402
-from gemm_epilogue import gemm_bias_act_kernel, reference  # noqa: E402
-from norms import layernorm_kernel, rmsnorm_kernel  # noqa: E402
-from softmax import softmax_kernel  # noqa: E402
-from transpose import transpose_kernel  # noqa: E402
+from tilex.kernels.norms import layernorm_kernel, rmsnorm_kernel  # noqa: E402
+from tilex.kernels.softmax import softmax_kernel  # noqa: E402
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+
+
+def _example(name):
+    """The globals of examples/<name>.py (a script, not an importable module)."""
+    return runpy.run_path(str(EXAMPLES / f"{name}.py"))
+
+
+column_sum_kernel = _example("column_sum")["column_sum_kernel"]
+transpose_kernel = _example("transpose")["transpose_kernel"]
+_epilogue = _example("gemm_epilogue")
+gemm_bias_act_kernel, reference = _epilogue["gemm_bias_act_kernel"], _epilogue["reference"]
+splitk_gemm_kernel = _example("splitk_gemm")["splitk_gemm_kernel"]
 
 pytestmark = pytest.mark.gpu
 
@@ -72,8 +82,6 @@ def test_gemm_bias_activation(shape, act):
 
 @pytest.mark.parametrize("shape", [(512, 512, 8192, 4), (1000, 1000, 1000, 3), (129, 257, 4096, 8)])
 def test_splitk_gemm_with_atomics(shape):
-    from splitk_gemm import splitk_gemm_kernel
-
     M, N, K, split = shape
     k = tilex.compile(splitk_gemm_kernel(M, N, K, split))
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)

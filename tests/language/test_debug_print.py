@@ -9,7 +9,7 @@ from tvm import tirx
 import tilex.language as T
 from tilex.engine import build, lower_to_tir
 from tilex.op.base import TileOpError
-from tilex.transform.frontend_canonicalize import canonicalize
+from tilex.language.canonicalize import canonicalize
 from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
@@ -66,7 +66,7 @@ def _small(msg=""):
 def _cuda(func):
     src = build(func, SM90).mod.imports[0].inspect_source()
     if shutil.which("nvcc") is not None:
-        from tilex.jit.nvcc import compile_cuda
+        from tilex.engine.nvcc import compile_cuda
 
         assert len(compile_cuda(src, "sm_90a")) > 1000
     return src
@@ -163,7 +163,7 @@ def _dtype(v):
 
 @needs_nvcc
 def test_all_prints_compile_with_nvcc():
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     @T.prim_func
     def main(A: T.Tensor((256, 64), "float16"), B: T.Tensor((64, 256), "float16"),

@@ -180,7 +180,7 @@ def test_swizzle_outside_a_kernel_raises():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_swizzled_gemm_compiles_with_nvcc():
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     src = build(_matmul(1000, 1300, 512, panel=3, order="column"), SM90).mod.imports[0].inspect_source()
     assert "int bx = " in src and "int by = " in src

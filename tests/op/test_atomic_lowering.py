@@ -31,7 +31,7 @@ def _kernel_body(src):
 
 
 def _ptx(src, arch="sm_90a"):
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     return compile_cuda(src, arch, fmt="ptx").decode()
 
@@ -253,7 +253,7 @@ def test_shared_element_atomics_exposed_to_thread_sync():
                 T.atomic_add(H[i], s[i])
 
     from tilex.engine.pipeline import PIPELINE_NAME, run_tile_passes
-    from tilex.jit import nvcc  # noqa: F401 - registers the CUDA hooks
+    from tilex.engine import nvcc  # noqa: F401 - registers the CUDA hooks
 
     with SM90:
         f = run_tile_passes(hist, SM90)

@@ -1,16 +1,10 @@
 """T.copy of a block of a register fragment (`C_l[0:bm, j*cb:(j+1)*cb]`): the sub-tiled GEMM epilogue."""
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-
-from gemm_kernels import matmul  # noqa: E402
-
-import tilex  # noqa: E402
-import tilex.language as T  # noqa: E402
-from tilex.op.base import TileOpError  # noqa: E402
+import tilex
+import tilex.language as T
+from tilex.kernels.gemm import matmul
+from tilex.op.base import TileOpError
 
 
 def test_block_epilogue_reads_registers_at_the_block_offset():

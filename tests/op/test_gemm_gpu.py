@@ -1,16 +1,10 @@
 """GEMM on the GPU against torch: fp16/bf16, NN/NT/TN, aligned and ragged shapes."""
-import os
-import sys
-
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 
 torch = pytest.importorskip("torch")
 
-from gemm_kernels import matmul  # noqa: E402
-
 import tilex  # noqa: E402
+from tilex.kernels.gemm import matmul  # noqa: E402
 
 SHAPES = [(1024, 1024, 1024), (4096, 4096, 4096), (1000, 1000, 1000), (1, 4096, 4096), (257, 129, 4096)]
 LAYOUTS = {"NN": (False, False), "NT": (False, True), "TN": (True, False)}
@@ -121,7 +115,7 @@ def test_gemm_benchmark_shapes_and_schedules(case, dtype, schedule):
 @pytest.mark.parametrize("case", [(16, 8192, 8192, 4), (128, 8192, 8192, 2), (100, 3000, 5000, 3)],
                          ids=lambda c: "x".join(map(str, c)))
 def test_splitk_gemm_fp16(case):
-    from gemm_kernels import matmul_splitk
+    from tilex.kernels.gemm import matmul_splitk
 
     M, N, K, split = case
     kernel = tilex.compile(matmul_splitk(M, N, K, 64, 128, 64, 4, 128, split))
@@ -153,7 +147,7 @@ def test_gemm_staged_epilogue(shape, pc):
                          ids=lambda c: "x".join(map(str, c[:3])) + f"_{c[3]}x{c[4]}")
 def test_swap_ab_gemm(case, dtype):
     """Skinny A through C^T = B^T A^T tiles (MN-major A operand, narrow wgmma N), ragged M and N guarded."""
-    from gemm_kernels import matmul_swap_ab
+    from tilex.kernels.gemm import matmul_swap_ab
 
     M, N, K, *cfg = case
     kernel = tilex.compile(matmul_swap_ab(M, N, K, *cfg, dtype=dtype), out_idx=[2])
@@ -172,7 +166,7 @@ def test_swap_ab_gemm(case, dtype):
 def test_swap_ab_row_blocks_on_x(case, dtype):
     """Swap-AB with A's row blocks on the grid's x axis (64-row blocks, C^T tiles of 128 x 64), C written directly
     or through a shared tile; ragged M, N and K; clusters along x multicasting B."""
-    from gemm_kernels import matmul_swap_ab
+    from tilex.kernels.gemm import matmul_swap_ab
 
     M, N, K, stages, threads, stage_c, pc = case
     kernel = tilex.compile(matmul_swap_ab(M, N, K, 64, 128, 64, stages, threads, dtype=dtype, stage_c=stage_c,

@@ -1,28 +1,24 @@
 """T.gemm with A in a register fragment ("rs"), on the CPU: the A layouts layout inference assigns (checked element by
 element against the PTX ISA fragment formulas), the lowering (wgmma with A registers, mma.sync without an A
 ldmatrix, ldmatrix copies into the fragment, simulated), error messages, and nvcc compiles of the generated CUDA."""
-import os
 import shutil
-import sys
 
 import numpy as np
 import pytest
 import tvm
 from tvm import tirx
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-import tilex.language as T  # noqa: E402
-from gemm_rs_kernels import qk_pv, rs_cast_matmul, rs_matmul  # noqa: E402
-from tilex._tir import walk  # noqa: E402
-from tilex.engine import build, lower_to_tir  # noqa: E402
-from tilex.layout import LayoutError, make_mma_a_fragment, make_mma_accumulator_fragment  # noqa: E402
-from tilex.layout.wgmma import make_wgmma_a_fragment, make_wgmma_accumulator_fragment  # noqa: E402
-from tilex.op.base import TileOpError  # noqa: E402
-from tilex.op.gemm import partition_warps  # noqa: E402
-from tilex.transform.inject_pipeline import inject_pipeline  # noqa: E402
-from tilex.transform.layout_codec import decode  # noqa: E402
-from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference  # noqa: E402
+import tilex.language as T
+from gemm_rs_kernels import qk_pv, rs_cast_matmul, rs_matmul
+from tilex.ir.visit import walk
+from tilex.engine import build, lower_to_tir
+from tilex.layout import LayoutError, make_mma_a_fragment, make_mma_accumulator_fragment
+from tilex.layout.wgmma import make_wgmma_a_fragment, make_wgmma_accumulator_fragment
+from tilex.op.base import TileOpError
+from tilex.op.gemm import partition_warps
+from tilex.transform.pipeline.inject import inject_pipeline
+from tilex.layout.codec import decode
+from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 SM80 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
@@ -290,7 +286,7 @@ COMPILE_CASES = {
 @needs_nvcc
 @pytest.mark.parametrize("case", list(COMPILE_CASES))
 def test_rs_gemm_cuda_compiles_with_nvcc(case):
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     make, arch, configs, marker = COMPILE_CASES[case]
     src = build(make(), tvm.target.Target({"kind": "cuda", "arch": arch}), configs).mod.imports[0].inspect_source()

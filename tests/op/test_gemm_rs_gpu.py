@@ -2,12 +2,7 @@
 on mma.sync (tilex.disable_wgmma); a plain kernel (A copied shared -> fragment), pipelined ones, a cast one (an
 fp32 fragment computed in T.Parallel, cast into the A fragment) and attention's two-GEMM chain (S = Q K^T, P =
 cast(S), O = P V)."""
-import os
-import sys
-
 import pytest
-
-sys.path.insert(0, os.path.dirname(__file__))
 
 torch = pytest.importorskip("torch")
 

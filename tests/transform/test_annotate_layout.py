@@ -5,7 +5,7 @@ import tvm
 import tilex.language as T
 from tilex.engine import lower_to_tir
 from tilex.op.base import LayoutConflictError
-from tilex.transform.layout_codec import decode
+from tilex.layout.codec import decode
 from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})

@@ -1,18 +1,13 @@
 """Layout inference on small programs: the layouts chosen, propagation, and the conflict error."""
-import os
-import sys
-
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-
-import tilex.language as T  # noqa: E402
-from gemm_kernels import matmul  # noqa: E402
-from tilex.layout import Fragment, make_mma_accumulator_fragment, make_swizzled_layout  # noqa: E402
-from tilex.op.base import LayoutConflictError  # noqa: E402
-from tilex.transform.inject_pipeline import inject_pipeline  # noqa: E402
-from tilex.transform.layout_codec import decode  # noqa: E402
-from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference  # noqa: E402
+import tilex.language as T
+from tilex.kernels.gemm import matmul
+from tilex.layout import Fragment, make_mma_accumulator_fragment, make_swizzled_layout
+from tilex.op.base import LayoutConflictError
+from tilex.transform.pipeline.inject import inject_pipeline
+from tilex.layout.codec import decode
+from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference
 
 
 def infer(func):

@@ -1,18 +1,19 @@
 """Layout inference for reductions and broadcasts: which buffers replicate, over how many threads, and conflicts."""
-import os
-import sys
+import pathlib
+import runpy
 
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import tilex.language as T
+from tilex.kernels.softmax import softmax_kernel
+from tilex.op.base import LayoutConflictError, TileOpError
+from tilex.transform.pipeline.inject import inject_pipeline
+from tilex.layout.codec import decode
+from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference
 
-import tilex.language as T  # noqa: E402
-from gemm_epilogue import gemm_bias_act_kernel  # noqa: E402
-from softmax import softmax_kernel  # noqa: E402
-from tilex.op.base import LayoutConflictError, TileOpError  # noqa: E402
-from tilex.transform.inject_pipeline import inject_pipeline  # noqa: E402
-from tilex.transform.layout_codec import decode  # noqa: E402
-from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, layout_inference  # noqa: E402
+# examples/gemm_epilogue.py is a script, not a module: its tile program, from the globals of a run (main() not called)
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+gemm_bias_act_kernel = runpy.run_path(str(EXAMPLES / "gemm_epilogue.py"))["gemm_bias_act_kernel"]
 
 
 def infer(func):

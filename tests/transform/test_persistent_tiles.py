@@ -1,16 +1,12 @@
 """PersistentTiles on warp-specialized GEMMs (IR and generated CUDA, no GPU needed)."""
-import os
 import shutil
-import sys
 
 import pytest
 import tvm
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-
-from gemm_kernels import matmul  # noqa: E402
-from tilex.engine import lower_to_tir  # noqa: E402
-from tilex.transform.warp_specialize import register_budget  # noqa: E402
+from tilex.engine import lower_to_tir
+from tilex.kernels.gemm import matmul
+from tilex.transform.hopper.warp_specialize import register_budget
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 PIN = {"tilex.num_sms": 132}
@@ -47,7 +43,7 @@ def test_block_pairs_multicast_the_shared_operand():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_multicast_kernel_compiles_with_cluster_dims():
     from tilex.engine import build
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     ex = build(matmul(4096, 4096, 4096, 128, 256, 64, 4, 256, swizzle=8), SM90, PIN)
     src = ex.mod.imports[0].inspect_source()

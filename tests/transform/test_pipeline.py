@@ -1,15 +1,11 @@
 """Software pipelining of T.Pipelined loops and the generated CUDA (compiled by nvcc, no GPU needed)."""
-import os
 import shutil
-import sys
 
 import pytest
 import tvm
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-
-from gemm_kernels import matmul  # noqa: E402
-from tilex.engine import build, lower_to_tir  # noqa: E402
+from tilex.engine import build, lower_to_tir
+from tilex.kernels.gemm import matmul
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 
@@ -41,7 +37,7 @@ def test_single_stage_loop_stays_serial():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_gemm_cuda_compiles_with_nvcc(arch):
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     tgt = tvm.target.Target({"kind": "cuda", "arch": arch})
     ex = build(matmul(1000, 1000, 1000, bm=128, bn=128, bk=32, num_stages=3), tgt)
@@ -75,7 +71,7 @@ def _unpipelined_gemm():
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_vector_accesses_to_swizzled_tiles_compile(arch):
     """Synchronous 16-byte copies and T.Parallel vectors into swizzled shared tiles stay contiguous vectors."""
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     src = build(_unpipelined_gemm(), tvm.target.Target({"kind": "cuda", "arch": arch})).mod.imports[0].inspect_source()
     assert "uint4" in src  # 8 x fp16 moved as one 16-byte vector
@@ -98,7 +94,7 @@ def test_warp_specialized_loop_has_producer_consumer_split_and_barrier_pairs():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_warp_specialized_cuda_has_wgmma_and_tma_and_compiles():
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     ex = build(matmul(1000, 1000, 1000, bm=128, bn=256, bk=64, num_stages=4, threads=256), SM90)
     src = ex.mod.imports[0].inspect_source()

@@ -1,24 +1,20 @@
 """Explicit T.Pipelined(order=, stage=) schedules on the CPU: the pipelined IR, the checks, nvcc builds."""
-import os
 import re
 import shutil
-import sys
 import warnings
 
 import pytest
 import tvm
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import pipeline_schedule_kernels as K
 
-import pipeline_schedule_kernels as K  # noqa: E402
-from gemm_kernels import matmul  # noqa: E402
-
-import tilex.language as T  # noqa: E402
-from tilex import config  # noqa: E402
-from tilex.engine import build, lower_to_tir  # noqa: E402
-from tilex.op.base import TileOpError  # noqa: E402
-from tilex.transform.frontend_canonicalize import canonicalize  # noqa: E402
-from tilex.transform.inject_pipeline import inject_pipeline  # noqa: E402
+import tilex.language as T
+from tilex import config
+from tilex.engine import build, lower_to_tir
+from tilex.kernels.gemm import matmul
+from tilex.op.base import TileOpError
+from tilex.language.canonicalize import canonicalize
+from tilex.transform.pipeline.inject import inject_pipeline
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 SM80 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
@@ -306,7 +302,7 @@ NVCC_CASES = {
                                           ("sm_80", None)], ids=["sm90", "sm90_mma", "sm80"])
 @pytest.mark.parametrize("case", list(NVCC_CASES))
 def test_explicit_schedule_compiles_with_nvcc(case, arch, configs):
-    from tilex.jit.nvcc import compile_cuda
+    from tilex.engine.nvcc import compile_cuda
 
     src = build(NVCC_CASES[case](), tvm.target.Target({"kind": "cuda", "arch": arch}),
                 configs).mod.imports[0].inspect_source()

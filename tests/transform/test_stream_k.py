@@ -1,15 +1,11 @@
 """Stream-K in PersistentTiles (`tilex.stream_k`): IR / generated CUDA on the CPU, results on the GPU."""
-import os
 import shutil
-import sys
 
 import pytest
 import tvm
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-
-from gemm_kernels import matmul  # noqa: E402
-from tilex.engine import lower_to_tir  # noqa: E402
+from tilex.engine import lower_to_tir
+from tilex.kernels.gemm import matmul
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 SK = {"tilex.num_sms": 132, "tilex.stream_k": 1}
@@ -52,7 +48,7 @@ def test_unstaged_epilogue_is_guarded():
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_generated_cuda_compiles_for_sm90a():
     import tilex
-    from tilex.jit.nvcc import add_common_include, compile_cuda
+    from tilex.engine.nvcc import add_common_include, compile_cuda
 
     k = tilex.compile(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, swizzle=16, stage_c=True), target="sm_90a",
                       pass_configs=SK)

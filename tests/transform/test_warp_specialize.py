@@ -1,14 +1,9 @@
 """WarpSpecialize: what the producer warpgroup is given (IR, no GPU needed)."""
-import os
-import sys
-
 import pytest
 import tvm
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-
-from gemm_kernels import matmul_swap_ab  # noqa: E402
-from tilex.engine import lower_to_tir  # noqa: E402
+from tilex.engine import lower_to_tir
+from tilex.kernels.gemm import matmul_swap_ab
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 

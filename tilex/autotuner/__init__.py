@@ -8,15 +8,27 @@
     print(matmul.tune_results(4096, 4096, 4096).table())
 
 or ``AutoTuner.from_kernel(factory, configs).set_compile_args(out_idx=...).set_profile_args(ref_prog=...)
-.run(*factory_args)``. See :mod:`tilex.autotuner.tuner` for how configurations are compiled (worker processes),
-checked, timed (:func:`do_bench`, L2 flushed) and cached (``$TILEX_CACHE_DIR/autotune``; :func:`clear_cache`).
+.run(*factory_args)``. ``@tilex.autotune(configs=...)`` may also be stacked over ``@tilex.jit(out_idx=...)``
+(TileLang's pattern); the tuner then takes ``out_idx``, ``target`` and ``pass_configs`` from it.
+
+Modules: :mod:`~tilex.autotuner.tuner` (AutoTuner, the ``autotune`` decorator; how tuning works),
+:mod:`~tilex.autotuner.workers` (the compile phase in worker processes or threads), :mod:`~tilex.autotuner.results`
+(statuses, per-configuration results, tables), :mod:`~tilex.autotuner.inputs` (benchmark inputs, output checks),
+:mod:`~tilex.autotuner.bench` (:func:`do_bench`, L2 flushed), :mod:`~tilex.autotuner.smem` (shared memory per
+block), :mod:`~tilex.autotuner.cache` (``$TILEX_CACHE_DIR/autotune``; :func:`clear_cache`).
+
+``tilex.autotuner.jit`` is the ``@tilex.jit`` decorator itself (:func:`tilex.jit.decorator.jit`), kept here for
+code written when it lived in this package.
 """
+from tilex.jit.decorator import jit
+
 from .bench import do_bench
 from .cache import autotune_cache_dir, clear_cache
+from .inputs import default_supply
+from .results import (BUILD_ERROR, COMPILED, OK, RUNTIME_ERROR, SKIPPED, SMEM, TIMEOUT, WRONG, AutotuneError,
+                      CompileReport, ConfigResult, TuneResult, format_table)
 from .smem import device_shared_memory_limit, shared_memory_bytes, shared_memory_usage
-from .tuner import (BUILD_ERROR, COMPILED, OK, RUNTIME_ERROR, SKIPPED, SMEM, TIMEOUT, WRONG, AutotunedFactory,
-                    AutotuneError, AutoTuner, CompileReport, ConfigResult, TuneResult, autotune, default_supply,
-                    format_table, jit)
+from .tuner import AutotunedFactory, AutoTuner, autotune
 
 __all__ = ["autotune", "AutoTuner", "AutotunedFactory", "AutotuneError", "TuneResult", "ConfigResult",
            "CompileReport", "do_bench", "clear_cache", "autotune_cache_dir", "shared_memory_bytes",

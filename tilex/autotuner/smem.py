@@ -16,7 +16,7 @@ import logging
 
 __all__ = ["shared_memory_bytes", "shared_memory_usage", "device_shared_memory_limit", "arch_shared_memory_limit", "ARCH_SMEM_LIMITS"]
 
-from tilex.engine.shared_memory import ARCH_SMEM_LIMITS, arch_shared_memory_limit  # noqa: F401 (re-exported)
+from tilex.ir.hardware import ARCH_SMEM_LIMITS, arch_shared_memory_limit  # noqa: F401 (re-exported)
 
 logger = logging.getLogger("tilex.autotuner")
 
@@ -26,7 +26,7 @@ _MERGE_PASS = "MergeSharedMemoryAllocations"
 def _sum_shared(mod) -> dict:
     from tvm import tirx
 
-    from tilex.engine.shared_memory import shared_usage
+    from tilex.ir.shared_memory import shared_usage
 
     usage = {"dynamic": 0, "static": 0}
     unknown = []

@@ -1,13 +1,18 @@
 """The whole lowering pipeline from a tile program to a TVM executable, defined in one place.
 
     T.prim_func (tile ops, T.Parallel, T.Pipelined)
-      -> FrontendCanonicalize      markers -> parallel loops (also run at parse time)
-      -> InjectSoftwarePipeline    multi-buffered shared tiles, cp.async groups, barriers
-      -> LayoutInference          Layout / Fragment for every shared buffer and fragment
-      -> LowerTileOps             per-thread TIR; physical buffers
-      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, MergeSharedMemoryAllocations, ThreadSync,
-              AnnotateEntryFunc, SplitHostDevice, MakePackedAPI, BF16/FP8 legalization
-      -> TVM CUDA codegen -> nvcc (tilex.jit.nvcc, headers from src/)
+      -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
+      -> InjectSoftwarePipeline    multi-buffered shared tiles; cp.async pipeline, explicit schedule, or (sm90)
+                                   TMA producer / wgmma consumer loops (transform/pipeline/, transform/hopper/)
+      -> LayoutInference           Layout / Fragment for every shared buffer and fragment
+      -> LowerTileOps              per-thread TIR; physical buffers
+      -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
+      -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
+      -> ThreadBlockSwizzle        T.use_swizzle rasterization
+      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, MergeSharedMemoryAllocations, CheckSharedMemory (tilex),
+              UnfoldRoles + ThreadSync + NamedBarriers + BulkStoreWaits (tilex), SplitHostDevice, MakePackedAPI,
+              BF16/FP8 legalization
+      -> TVM CUDA codegen -> nvcc (tilex.engine.nvcc, headers from src/)
 """
 from __future__ import annotations
 
@@ -16,18 +21,17 @@ from tvm import s_tir, tirx
 from tvm.tirx import compilation_pipeline as cp
 
 from tilex import config
-from tilex.transform.frontend_canonicalize import canonicalize
-from tilex.transform.inject_pipeline import inject_pipeline
+from tilex.engine import nvcc  # noqa: F401 - registers TVM's CUDA compile / post-processing callbacks
+from tilex.ir.hardware import block_shared_memory_limit, compute_capability
+from tilex.ir.shared_memory import shared_usage
+from tilex.language.canonicalize import canonicalize
+from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
+from tilex.transform.hopper.persistent import persistent_tiles
+from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
+from tilex.transform.hopper.warp_specialize import warp_specialize
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
-from tilex.transform.persistent_tiles import persistent_tiles
-from tilex.transform.warp_specialize import (
-    BulkStoreWaits,
-    NamedBarriers,
-    ProducerNeedsConsumerState,
-    UnfoldRoles,
-    warp_specialize,
-)
+from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 
 PIPELINE_NAME = "tilex"
@@ -37,30 +41,22 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     """tilex's own passes, tile program -> plain per-thread TIR. They run as Python calls (not through TVM's pass
     manager) so that a user error keeps its Python type (LayoutConflictError, TileOpError, ...)."""
     func = canonicalize(func)
-    try:
-        func = _lower_and_specialize(func, target)
-    except ProducerNeedsConsumerState:
-        # the producer warpgroup cannot compute the copies' indices: every thread copies (cp.async pipeline)
-        with config.scope({**config.current(), "disable_warp_specialized": True}):
-            func = _lower_and_specialize(func, target)
+    func = inject_pipeline(func, target)
+    func = layout_inference(func, target)
+    func = lower_tile_ops(func, target)
+    func = warp_specialize(func)
     func = persistent_tiles(func, target)
     return thread_block_swizzle(func)  # after lowering: bounds proofs see grid ranges
 
 
-def _lower_and_specialize(func, target):
-    func = inject_pipeline(func, target)
-    func = layout_inference(func, target)
-    return warp_specialize(lower_tile_ops(func, target))
-
-
-def tvm_passes(config):
+def tvm_passes(pass_config):
     """TVM's passes that are correct on the flat IR tilex produces."""
     passes = [
         tirx.transform.ConvertSSA(),  # lowered tile ops may reuse loop variables across statements
         tirx.transform.FlattenBuffer(),
         tirx.transform.BF16ComputeLegalize(),
         tirx.transform.NarrowDataType(32),
-        tirx.transform.VectorizeLoop(not bool(config.get("tirx.disable_vectorize", False))),
+        tirx.transform.VectorizeLoop(not bool(pass_config.get("tirx.disable_vectorize", False))),
         tirx.transform.StmtSimplify(),
         tirx.transform.RemoveNoOp(),
         tirx.transform.FP8ComputeLegalize(),
@@ -89,14 +85,11 @@ SHARED_ERROR = "tilex: shared memory"
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.CheckSharedMemory")
 def CheckSharedMemory(func, mod, ctx):  # noqa: N802
     """After merging: the block's shared memory (static + dynamic, 1 KB alignment pad included) must fit."""
-    from tilex.engine.shared_memory import arch_shared_memory_limit, shared_usage
-    from tilex.op.base import target_arch
-
     target = tvm.target.Target.current(allow_none=True)
     if target is None or target.kind.name != "cuda":
         return func
-    arch = target_arch(target)[0]
-    limit = arch_shared_memory_limit(f"sm_{arch}") or (232448 if arch >= 90 else 101376)
+    arch = compute_capability(target)[0]
+    limit = block_shared_memory_limit(arch)
     usage, _ = shared_usage(func.body)
     sizes = {"shared": usage["static"], "shared.dyn": usage["dynamic"]}
     static = sizes["shared"]
@@ -113,8 +106,8 @@ def CheckSharedMemory(func, mod, ctx):  # noqa: N802
 def _tilex_pipeline():
     @tvm.transform.module_pass(opt_level=0, name="tilex.Pipeline")
     def _pipeline(mod, _ctx):
-        config = tvm.transform.PassContext.current().config
-        return tvm.transform.Sequential(tvm_passes(config))(mod)
+        pass_config = tvm.transform.PassContext.current().config
+        return tvm.transform.Sequential(tvm_passes(pass_config))(mod)
 
     return _pipeline, cp.finalize_host_passes, cp.finalize_device_passes
 
@@ -131,8 +124,6 @@ def lower_to_tir(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: d
 
 def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | None = None):
     """Compile a tile program for `target` to a tvm runtime Executable."""
-    from tilex.jit import nvcc  # noqa: F401 - registers the CUDA compile/postproc hooks
-
     name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "main"
     ours, theirs = config.split(pass_configs)
     with config.scope(ours), tvm.transform.PassContext(opt_level=3, config=theirs), target:

@@ -25,7 +25,9 @@ import shutil
 import tempfile
 from typing import Any
 
-from .. import env
+from tilex import env
+from tilex.engine import nvcc
+from tilex.ir.hardware import num_sms
 
 __all__ = ["cache_dir", "enabled", "enable", "disable", "make_key", "save", "load", "clear", "stats",
            "CacheEntry"]
@@ -119,10 +121,8 @@ def _script(func) -> str:
 
 
 def _num_sms(target):
-    from .. import env
-
     try:
-        return env.num_sms(env.target_arch(target))
+        return num_sms(env.target_arch(target))
     except Exception:  # noqa: BLE001 - a target without an arch
         return None
 
@@ -131,7 +131,6 @@ def make_key(func, out_idx, target, pass_configs) -> str:
     """Cache key (hex sha256) of a compilation request."""
     import tvm
 
-    from . import nvcc
     from .. import __version__
 
     payload = {

@@ -6,7 +6,8 @@ from typing import Any, Sequence
 
 from .. import env
 from . import cache as _cache
-from . import nvcc as _nvcc  # registers the TVM CUDA hooks
+from tilex import engine
+from tilex.engine import nvcc as _nvcc
 
 __all__ = ["JITKernel", "ArgChecker", "ParamSpec", "compile", "tvm_to_torch_dtype", "torch_to_tvm_dtype"]
 
@@ -331,25 +332,9 @@ class ArgChecker:
 # --------------------------------------------------------------------------------------------------
 # building
 # --------------------------------------------------------------------------------------------------
-def _fallback_build(func, target, pass_configs):
-    """Plain tvm.compile, used until tilex.engine.build exists (hand-written, already-lowered TIR)."""
-    import tvm
-
-    if func.attrs is None or "tirx.is_scheduled" not in func.attrs:
-        func = func.with_attr("tirx.is_scheduled", True)
-    with tvm.transform.PassContext(opt_level=3, config=dict(pass_configs or {})):
-        return tvm.compile(tvm.IRModule({"main": func}), target=target)
-
-
 def _build(func, target, pass_configs):
-    from .. import engine
-
-    build = getattr(engine, "build", None)
-    if build is None:
-        logger.debug("tilex.engine.build is not available; using plain tvm.compile")
-        build = _fallback_build
     with target:
-        return build(func, target, pass_configs)
+        return engine.build(func, target, pass_configs)
 
 
 def _find_cuda_module(mod):

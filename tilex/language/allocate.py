@@ -1,6 +1,7 @@
 """Buffer allocation in tile programs: shared memory, register fragments, per-thread locals."""
 from __future__ import annotations
 
+from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
 FRAGMENT_SCOPE = "local.fragment"
@@ -26,8 +27,6 @@ def alloc_var(dtype="float32", init=None):
     scalar; stored as a 1-element local buffer)."""
     var = _ir.alloc_scalar(dtype, scope="local")
     if init is not None:
-        from tvm import tirx
-
         value = tirx.const(init, dtype) if isinstance(init, (int, float)) else init
         _ir.buffer_store(var.source if hasattr(var, "source") else var, value, [0])
     return var

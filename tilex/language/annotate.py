@@ -12,16 +12,11 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
+from tilex.ir.names import SWIZZLE_ORDERS, USE_SWIZZLE_OP
 from tilex.layout import Fragment as _Fragment
 from tilex.layout import Layout as _Layout
 from tilex.layout import LayoutError
 from tilex.layout import make_swizzled_layout as _make_swizzled_layout
-from tilex.op.registry import register_intrinsic
-
-USE_SWIZZLE_OP = "tilex.use_swizzle"
-SWIZZLE_ORDERS = ("row", "column")  # the marker carries the position in this tuple
-
-register_intrinsic(USE_SWIZZLE_OP)
 
 
 def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
@@ -127,4 +122,4 @@ def make_swizzled_layout(buffer):
     return lay.expand(shape[:-2]) if len(shape) > 2 else lay
 
 
-__all__ = ["use_swizzle", "Layout", "Fragment", "make_swizzled_layout", "USE_SWIZZLE_OP", "SWIZZLE_ORDERS"]
+__all__ = ["use_swizzle", "Layout", "Fragment", "make_swizzled_layout"]

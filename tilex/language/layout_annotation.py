@@ -4,13 +4,13 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
-from tilex.transform.layout_codec import ANNOTATE_OP, encode_call
+from tilex.ir.names import ANNOTATE_OP
+from tilex.layout import Fragment, Layout
+from tilex.layout.codec import encode_call
 
 
 def annotate_layout(layout_map):
     """Pin layouts: each entry takes part in inference at the strictest level (before gemm's own choices)."""
-    from tilex.layout import Fragment, Layout
-
     for buf, lay in dict(layout_map).items():
         if not tirx.is_buffer_var(buf):
             raise TypeError(f"T.annotate_layout: keys must be buffers, got {buf!r}")

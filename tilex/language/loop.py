@@ -4,10 +4,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
-PARALLEL_MARKER = "tilex.parallel_marker"
-NUM_STAGES = "tilex.num_stages"
-PIPELINE_ORDER = "tilex.pipeline_order"
-PIPELINE_STAGE = "tilex.pipeline_stage"
+from tilex.ir.names import NUM_STAGES, PARALLEL_MARKER, PIPELINE_ORDER, PIPELINE_STAGE
 
 
 def Parallel(*extents, coalesced_width=None, loop_layout=None):

@@ -16,6 +16,8 @@ from tvm import tirx
 from tvm.ir import Range
 from tvm.ir.prim import expr as _E
 
+from tilex.ir import visit
+
 INDEX_DTYPE = "int32"
 _PrimExpr = tvm.ir.expr.Expr  # PrimExpr base class in 0.27 (tvm.ir.PrimExpr is gone)
 
@@ -63,11 +65,8 @@ def as_expr_list(x) -> List[_PrimExpr]:
 
 
 def substitute(expr, vmap: Mapping) -> _PrimExpr:
-    """Simultaneously replace vars in ``expr`` (``vmap``: Var -> PrimExpr/int)."""
-    if not vmap:
-        return to_expr(expr)
-    repl = {v: to_expr(e) for v, e in vmap.items()}
-    return tvm_ffi.structural_map(to_expr(expr), (tvm.ir.Var, lambda v: repl.get(v, v)))
+    """Simultaneously replace vars in ``expr`` (``vmap``: Var -> PrimExpr/int; ints become index constants)."""
+    return visit.substitute(to_expr(expr), {v: to_expr(e) for v, e in vmap.items()})
 
 
 def make_analyzer(vars_: Sequence[tirx.Var], extents: Sequence[int], analyzer=None):
@@ -212,10 +211,8 @@ def extents_of(exprs: Sequence, vars_: Sequence[tirx.Var], shape: Sequence[int],
 
 
 def row_major_offset(indices: Sequence, shape: Sequence[int]) -> _PrimExpr:
-    off = to_expr(0)
-    for idx, s in zip(indices, shape):
-        off = off * int(s) + to_expr(idx)
-    return off
+    """:func:`tilex.ir.visit.row_major_offset` of index expressions (ints allowed) in a static shape."""
+    return visit.row_major_offset([to_expr(i) for i in indices], [int(s) for s in shape])
 
 
 def exprs_equal(a: Sequence, b: Sequence, vars_: Sequence[tirx.Var], shape: Sequence[int]) -> bool:

@@ -22,10 +22,11 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes
+from tilex.ir import intrin
+from tilex.ir.visit import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes, substitute
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_local, is_shared
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
-                                fragment_vector_width, pick_vector, static_shape, substitute, unflatten)
+                                fragment_vector_width, pick_vector, static_shape, unflatten)
 from tilex.op.region import READ, READ_WRITE, Region, tile_shape, to_region
 from tilex.op.registry import register_tile_op
 
@@ -89,7 +90,7 @@ def atomic_element(kind, dst, value):
     else:
         raise TileOpError(f"{_api(kind)}: expected a scalar value for the element {buf.name}{list(dst.indices)}, "
                           f"got {type(value).__name__}")
-    return tirx.call_extern("void", f"tilex::atomic_{KIND_NAMES[kind]}", tirx.address_of(dst), value)
+    return intrin.atomic(intrin.atomic_name(KIND_NAMES[kind]), tirx.address_of(dst), value)
 
 
 def _is_tile(obj):
@@ -229,8 +230,8 @@ class AtomicOp(TileOp):
 
     def _helper(self, vec):
         if vec == 1:
-            return f"tilex::atomic_{KIND_NAMES[self.kind]}"
-        return f"tilex::atomic_add_vec<{'true' if is_global(self.dst.buffer) else 'false'}>"
+            return intrin.atomic_name(KIND_NAMES[self.kind])
+        return intrin.atomic_name("add", vector_global=is_global(self.dst.buffer))
 
     def _cast(self, value):
         if dtype_of(value) != str(self.dst.buffer.dtype):
@@ -247,7 +248,7 @@ class AtomicOp(TileOp):
 
     def _emit(self, ctx, vec, ix, gix, value, extra_cond=None):
         addr = self._address(ctx, ix, vec)
-        stmt = tirx.Evaluate(tirx.call_extern("void", self._helper(vec), addr, self._cast(value)))
+        stmt = tirx.Evaluate(intrin.atomic(self._helper(vec), addr, self._cast(value)))
         cond = self._guard(ctx, gix)
         if extra_cond is not None:
             cond = extra_cond if cond is None else tirx.And(extra_cond, cond)
@@ -339,23 +340,17 @@ def _pack_lanes(stmt, helper, vec, analyzer):
 
         def on_eval(ev):
             call = ev.value
-            if (isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op)
-                    and call.op.name == "tirx.call_extern" and str(call.args[0].value) == helper):
+            if intrin.name_of(call) == helper:
                 addr = _simplify(analyzer, substitute(call.args[1], {lv: zero}))
                 vals = [_simplify(analyzer, substitute(call.args[2], {lv: tirx.const(k, dtype_of(lv))}))
                         for k in range(vec)]
-                return tirx.Evaluate(tirx.call_extern("void", helper, addr, *vals))
+                return tirx.Evaluate(intrin.atomic(helper, addr, *vals))
             return ev
 
         body = map_nodes(loop.body, (tirx.Evaluate, on_eval))
         return substitute(body, {lv: zero})
 
     return map_nodes(stmt, (tirx.For, on_for), order="post")
-
-
-def _is_atomic_helper(call):
-    return (isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern"
-            and str(call.args[0].value).startswith("tilex::atomic_"))
 
 
 def expose_shared_atomics(stmt):
@@ -369,7 +364,7 @@ def expose_shared_atomics(stmt):
 
     def on_eval(ev):
         call = ev.value
-        if not _is_atomic_helper(call) or len(call.args) < 2:
+        if not intrin.is_atomic(call) or len(call.args) < 2:
             return ev
         addr = call.args[1]
         if not (isinstance(addr, tvm.ir.Call) and isinstance(addr.op, tvm.ir.Op) and addr.op.name == "tirx.address_of"):
@@ -378,6 +373,6 @@ def expose_shared_atomics(stmt):
         if not (isinstance(load, BufferLoadNode) and is_shared(load.source) and len(load.indices) == 1):
             return ev
         ptr = load.source.access_ptr("rw", offset=load.indices[0], extent=1)
-        return tirx.Evaluate(tirx.call_extern(dtype_of(call), str(call.args[0].value), ptr, *call.args[2:]))
+        return tirx.Evaluate(intrin.atomic(intrin.name_of(call), ptr, *call.args[2:]))
 
     return map_nodes(stmt, (tirx.Evaluate, on_eval))

@@ -6,6 +6,11 @@ from dataclasses import dataclass, field
 
 import tvm
 from tvm import tirx
+from tvm.script import tirx as script_tirx
+
+from tilex.ir.intrin import encode_tensor_map
+from tilex.ir.visit import row_major_offset, substitute, walk
+from tilex.layout import Fragment
 
 
 class InferLevel(enum.IntEnum):
@@ -22,14 +27,6 @@ class LayoutConflictError(ValueError):
 
 class TileOpError(ValueError):
     """A tile operator was used in a way tilex does not support (with the reason)."""
-
-
-def target_arch(target) -> tuple[int, bool]:
-    """(compute capability as an int like 90, whether it is an arch-specific 'a' target) of a CUDA target."""
-    if target is None or "arch" not in target.attrs:
-        return 80, False
-    arch = str(target.attrs["arch"]).replace("sm_", "")
-    return int(arch.rstrip("af")), arch.endswith("a")
 
 
 def scope_of(buffer) -> str:
@@ -82,11 +79,7 @@ class LowerContext:
         """The (host-encoded) TMA tensor map of a 2-d global buffer for a (cols, rows) box."""
         key = (buffer, tuple(box), swizzle_bytes)
         if key not in self.tensor_maps:
-            from tvm.script import tirx as _T
-
-            from tilex.op.tma_load import encode_tensor_map
-
-            tmap = tirx.Var(f"{buffer.name}_tmap{len(self.tensor_maps)}", _T.handle("tensormap").ty)
+            tmap = tirx.Var(f"{buffer.name}_tmap{len(self.tensor_maps)}", script_tirx.handle("tensormap").ty)
             self.host_init.extend(encode_tensor_map(tmap, buffer, box, swizzle_bytes))
             self.tensor_maps[key] = tmap
         return self.tensor_maps[key]
@@ -100,8 +93,6 @@ class LowerContext:
         Shared buffers go through their layout (row-major if none); fragments through their Fragment's local
         index (valid only where this thread owns the element); other buffers are left as they are.
         """
-        from tilex.layout import Fragment  # local import: layout package is independent
-
         if buffer not in self.remap:
             return buffer, list(indices)
         phys = self.remap[buffer]
@@ -116,8 +107,6 @@ class LowerContext:
             # a vector access: the partitioner proved that the lanes are contiguous in this layout, so address
             # the vector's first element through the layout and add the lane (a swizzle's xor would otherwise
             # hide the contiguity from TVM's vectorizer)
-            from tilex.op.partition import substitute
-
             zero = {lane: tirx.const(0, "int32")}
             base = [substitute(i, zero) for i in indices]
             step = self.analyzer.simplify(indices[-1] - base[-1])
@@ -128,8 +117,6 @@ class LowerContext:
     def _lane_in(self, expr):
         if not self.lane_vars:
             return None
-        from tilex._tir import walk
-
         found = []
 
         def on_var(v):
@@ -147,13 +134,6 @@ class LowerContext:
     def store(self, buffer, value, indices):
         phys, idx = self.physical_index(buffer, indices)
         return tirx.BufferStore(phys, value, idx)
-
-
-def row_major_offset(indices, shape):
-    off = tirx.const(0, "int32")
-    for i, s in zip(indices, shape):
-        off = off * s + i
-    return off
 
 
 class TileOp:

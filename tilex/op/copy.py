@@ -6,17 +6,23 @@ elements). Tiles that hang over the edge of a global tensor are guarded element 
 """
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import tirx
 
-from tilex._tir import map_nodes
-
+from tilex import config
+from tilex.ir import intrin
+from tilex.ir.hardware import compute_capability
+from tilex.ir.visit import map_nodes, storage_sync, substitute
+from tilex.layout import (LayoutError, make_swizzled_layout, make_wgmma_operand_layout, swizzle_applicable,
+                          wgmma_swizzle_bytes)
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
 from tilex.op.partition import (access_vectorizable, analyzer_scope, coalesced_plan, emit_by_fragment,
                                 emit_by_plan, fragment_vector_width, pick_vector, static_shape, unflatten)
 from tilex.op.region import READ, WRITE, Region, to_region, tile_shape
 from tilex.op.registry import register_tile_op
+from tilex.op.tma_load import tma_box, tma_eligible
 
 
 def _int(e):
@@ -64,22 +70,15 @@ class CopyOp(TileOp):
     def tma_store_ok(self, target) -> bool:
         """Whether this copy can be a TMA store: sm90, a whole 2-d shared tile with a wgmma-style swizzle written
         to a 2-d global tensor (the same conditions as a TMA load, roles exchanged)."""
-        from tilex import config
-        from tilex.op.base import target_arch
-        from tilex.op.tma_load import tma_eligible
-
         if target is None or config.get("disable_tma", False) or config.get("disable_tma_store", False):
             return False
-        if target_arch(target)[0] < 90 or not (is_shared(self.src.buffer) and is_global(self.dst.buffer)):
+        if compute_capability(target)[0] < 90 or not (is_shared(self.src.buffer) and is_global(self.dst.buffer)):
             return False
         if len(self.src.buffer.shape) != 2 or self.src.shape != [int(e) for e in self.src.buffer.shape]:
             return False
         return tma_eligible(self.dst, self.src)
 
     def _tma_layout(self):
-        from tilex.layout.wgmma import make_wgmma_operand_layout
-        from tilex.op.tma_load import tma_box
-
         rows, cols, swz, _ = tma_box(self.src)
         return make_wgmma_operand_layout(rows, cols, tvm.DataType(str(self.src.buffer.dtype)).bits, swz)
 
@@ -88,8 +87,6 @@ class CopyOp(TileOp):
         box by box and commits the bulk group. It does not wait here: `BulkStoreWaits` makes that thread wait
         for the boxes to be read before the next barrier (every later write of the tile comes after one, which
         ThreadSync places because the store counts as a read) and before the kernel ends."""
-        from tilex.op.tma_load import tma_box
-
         rows, cols, swz, elems = tma_box(self.src)
         buf = self.src.buffer
         tmap = ctx.tensor_map(self.dst.buffer, (elems, rows), swz)
@@ -97,13 +94,13 @@ class CopyOp(TileOp):
         stores = []
         for p in range(cols // elems):
             phys, off = ctx.physical_index(buf, [0, p * elems])
-            stores.append(tirx.Evaluate(tirx.call_extern(
-                "void", "tilex::tma_store_2d", tirx.address_of(tmap),
-                phys.access_ptr("r", offset=off[0], extent=rows * elems), col0 + p * elems, row0)))
-        stores.append(tirx.Evaluate(tirx.call_extern("void", "tilex::bulk_commit")))
+            stores.append(intrin.tma_store_2d(tirx.address_of(tmap),
+                                              phys.access_ptr("r", offset=off[0], extent=rows * elems),
+                                              col0 + p * elems, row0))
+        stores.append(intrin.bulk_commit())
         # the scope names the ThreadSync pass that sees this barrier (it ignores barriers of the other scope)
-        sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", buf.scope()))
-        return tirx.SeqStmt([tirx.Evaluate(tirx.call_extern("void", "tilex::fence_proxy_async")), sync,
+        sync = storage_sync(buf.scope())
+        return tirx.SeqStmt([intrin.fence_proxy_async(), sync,
                              tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt(stores), None)])
 
     # ---- layout inference -------------------------------------------------------------------------------------
@@ -143,17 +140,13 @@ class CopyOp(TileOp):
         """A swizzled layout for a whole 2-d shared tile read into a fragment (e.g. the A operand of a register-A
         gemm), or None: its xor spreads the 8 rows x 16 bytes a warp reads at once (a fragment register / an
         ldmatrix phase) over all banks. sm90 gets the wgmma swizzle, the layout TMA fills."""
-        from tilex.layout import make_swizzled_layout, swizzle_applicable
-        from tilex.layout.wgmma import make_wgmma_operand_layout, wgmma_swizzle_bytes
-        from tilex.op.base import target_arch
-
         buf = self.src.buffer
         shape = [int(s) for s in buf.shape]
         if len(shape) < 2 or [_int(e) for e in self.src.extents[-2:]] != shape[-2:]:
             return None
         rows, cols = shape[-2:]
         bits = tvm.DataType(str(buf.dtype)).bits
-        arch, specific = target_arch(target)
+        arch, specific = compute_capability(target)
         if target is not None and arch >= 90 and specific and wgmma_swizzle_bytes(rows, cols, bits):
             lay = make_wgmma_operand_layout(rows, cols, bits)
         elif swizzle_applicable(rows, cols, bits):
@@ -274,8 +267,6 @@ class CopyOp(TileOp):
         """(sub-fragment, block extents, register offset) of a source block of fragment layout `frag` (extents
         dividing the fragment's shape, starting at multiples of them): the fragment must repeat one sub-fragment
         over its blocks (Fragment.tile_of)."""
-        from tilex.layout import LayoutError
-
         ext = [_int(e) for e in self.src.extents]
         try:
             sub, strides = frag.tile_of(ext)
@@ -295,8 +286,6 @@ class CopyOp(TileOp):
         its registers in groups of 8 that form the mma m16k16 A pattern (lane l: rows l//4 and +8, columns
         2*(l%4) + {0, 1} and +8; the tile's origin shared by the warp) -- the mma.sync and wgmma A fragments --
         read from 16-byte rows that are contiguous and aligned in the shared layout. Checked by enumeration."""
-        import numpy as np
-
         sb, db = self.src.buffer, self.dst.buffer
         shape = [int(x) for x in db.shape]
         if str(sb.dtype) != str(db.dtype) or tvm.DataType(str(sb.dtype)).bits != 16 or len(shape) != 2:
@@ -353,8 +342,7 @@ class CopyOp(TileOp):
                                                                             col0 + tirx.floordiv(lane, 16) * 8]))
             off = ctx.analyzer.simplify(idx[0])
         dst = ctx.remap[self.dst.buffer].access_ptr("w", offset=q * 8, extent=8)
-        body = tirx.Evaluate(tirx.call_extern("void", "tilex::ldmatrix_x4", dst,
-                                              phys.access_ptr("r", offset=off, extent=8)))
+        body = intrin.ldmatrix(4, False, dst, phys.access_ptr("r", offset=off, extent=8))
         body = tirx.For(q, 0, frag.local_size // 8, tirx.ForKind.UNROLLED, body)
         if frag.thread_extent < ctx.threads:  # (whole warps: ldmatrix is warp-collective)
             body = tirx.IfThenElse(t < frag.thread_extent, body, None)
@@ -376,8 +364,8 @@ class CopyOp(TileOp):
         src_ptr = tirx.address_of(tirx.BufferLoad(self.src.buffer, self.src.index(gix)))
         cond = self._guard(ctx, gix)
         if cond is None:
-            return tirx.Evaluate(tirx.call_extern("void", f"tilex::cp_async<{nbytes}>", dst_ptr, src_ptr))
-        return tirx.Evaluate(tirx.call_extern("void", f"tilex::cp_async_zfill<{nbytes}>", dst_ptr, src_ptr, cond))
+            return intrin.cp_async(nbytes, dst_ptr, src_ptr)
+        return intrin.cp_async_zfill(nbytes, dst_ptr, src_ptr, cond)
 
     def _lower_local(self, ctx):
         """Copies touching a per-thread `local` buffer: every thread copies the whole tile itself."""
@@ -396,9 +384,6 @@ def _tile_index(buffer_shape, ix):
 
 
 def _strip_vector_loops(stmt):
-
-    from tilex.op.partition import substitute
-
     def on_for(loop):
         if loop.kind == tirx.ForKind.VECTORIZED:
             return substitute(loop.body, {loop.loop_var: tirx.const(0, "int32")})

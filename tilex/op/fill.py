@@ -4,8 +4,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex._tir import dtype_of
-
+from tilex.ir.visit import dtype_of
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_local
 from tilex.op.partition import coalesced_plan, emit_by_fragment, emit_by_plan, pick_vector, static_shape
 from tilex.op.region import WRITE, Region, to_region

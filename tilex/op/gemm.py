@@ -14,6 +14,8 @@ import enum
 import tvm
 from tvm import tirx
 
+from tilex.ir import intrin
+from tilex.layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
 from tilex.op import gemm_wgmma
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
 from tilex.op.partition import analyzer_scope, static_shape
@@ -119,8 +121,6 @@ class GemmOp(TileOp):
         return partition_warps(self.M, self.N, threads // 32, self.policy)
 
     def infer_layout(self, ctx, level):
-        from tilex.layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
-
         if level != InferLevel.STRICT:
             return {}
         wm, wn = self._check(ctx.threads)
@@ -198,42 +198,35 @@ class GemmOp(TileOp):
             load_a = None
         elif not self.trans_a:
             a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16), ki * 16 + tirx.floordiv(lane, 16) * 8)
-            load_a = _extern("tilex::ldmatrix_x4", frag_ptr(a_frag, mi * 8), a_ptr)
+            load_a = intrin.ldmatrix(4, False, frag_ptr(a_frag, mi * 8), a_ptr)
         else:
             a_ptr = smem_ptr(self.A, ki * 16 + r8 + tirx.floordiv(grp, 2) * 8, m_base + tirx.floormod(grp, 2) * 8)
-            load_a = _extern("tilex::ldmatrix_x4_trans", frag_ptr(a_frag, mi * 8), a_ptr)
+            load_a = intrin.ldmatrix(4, True, frag_ptr(a_frag, mi * 8), a_ptr)
         if load_a is not None:
             load_a = tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, load_a)
 
         # B: two n8 tiles per ldmatrix.x4; an odd last tile uses ldmatrix.x2
-        def load_b(n_base, x4):
-            suffix = "x4" if x4 else "x2"
+        def load_b(n_base, x4, dst):
             g = grp if x4 else tirx.floormod(grp, 2)
             if not self.trans_b:
                 ptr = smem_ptr(self.B, ki * 16 + r8 + tirx.floormod(g, 2) * 8, n_base + tirx.floordiv(g, 2) * 8)
-                return f"tilex::ldmatrix_{suffix}_trans", ptr
-            ptr = smem_ptr(self.B, n_base + r8 + tirx.floordiv(g, 2) * 8, ki * 16 + tirx.floormod(g, 2) * 8)
-            return f"tilex::ldmatrix_{suffix}", ptr
+            else:
+                ptr = smem_ptr(self.B, n_base + r8 + tirx.floordiv(g, 2) * 8, ki * 16 + tirx.floormod(g, 2) * 8)
+            return intrin.ldmatrix(4 if x4 else 2, not self.trans_b, dst, ptr)
 
         stmts = [] if load_a is None else [load_a]
         if ni_n // 2:
-            fn, ptr = load_b(wj * wn + nj * 16, True)
             stmts.append(tirx.For(nj, 0, ni_n // 2, tirx.ForKind.UNROLLED,
-                                  _extern(fn, frag_ptr(b_frag, nj * 8), ptr)))
+                                  load_b(wj * wn + nj * 16, True, frag_ptr(b_frag, nj * 8))))
         if ni_n % 2:
-            fn, ptr = load_b(wj * wn + (ni_n - 1) * 8, False)
-            stmts.append(_extern(fn, frag_ptr(b_frag, (ni_n - 1) * 4), ptr))
+            stmts.append(load_b(wj * wn + (ni_n - 1) * 8, False, frag_ptr(b_frag, (ni_n - 1) * 4)))
         if a_in_regs:  # registers of m16 tile mi, k-step ki in the fragment's local order
             a_regs = ctx.remap[self.A.buffer].access_ptr("r", offset=(mi * (self.K // 16) + ki) * 8, extent=8)
         else:
             a_regs = a_frag.access_ptr("r", offset=mi * 8, extent=8)
-        mma = _extern(f"tilex::mma_m16n8k16_{in_ty}", c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4),
-                      a_regs, b_frag.access_ptr("r", offset=ni * 4, extent=4))
+        mma = intrin.mma_m16n8k16(in_ty, c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4),
+                                  a_regs, b_frag.access_ptr("r", offset=ni * 4, extent=4))
         stmts.append(tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, tirx.For(ni, 0, ni_n, tirx.ForKind.UNROLLED, mma)))
         body = tirx.For(ki, 0, self.K // 16, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
         allocs = ([] if a_in_regs else [tirx.AllocBuffer(a_frag)]) + [tirx.AllocBuffer(b_frag)]
         return tirx.SeqStmt(allocs + self._clear(ctx) + [body])
-
-
-def _extern(name, *args):
-    return tirx.Evaluate(tirx.call_extern("void", name, *args))

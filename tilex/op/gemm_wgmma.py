@@ -15,7 +15,12 @@ import tvm
 from tvm import tirx
 
 from tilex import config
-from tilex.op.base import is_fragment, is_shared, target_arch
+from tilex.ir import intrin
+from tilex.ir.hardware import compute_capability
+from tilex.ir.visit import storage_sync
+from tilex.layout import (make_wgmma_a_fragment, make_wgmma_accumulator_fragment, make_wgmma_operand_layout,
+                          wgmma_swizzle_bytes)
+from tilex.op.base import is_fragment, is_shared
 
 _TY = {"float16": "f16", "bfloat16": "bf16"}
 
@@ -31,7 +36,7 @@ class WgmmaPlan:
 
 def plan(op, threads, target):
     """A WgmmaPlan if T.gemm `op` can run on wgmma for this block/target, else None (mma.sync is used)."""
-    arch, arch_specific = target_arch(target)
+    arch, arch_specific = compute_capability(target)
     if arch < 90 or not arch_specific or config.get("disable_wgmma", False):
         return None
     a_ok = is_shared(op.A.buffer) or (is_fragment(op.A.buffer) and not op.trans_a)
@@ -73,8 +78,6 @@ def _smem_operands(op):
 
 
 def _operand_ok(op):
-    from tilex.layout.wgmma import wgmma_swizzle_bytes
-
     for region, rows, cols, k_major in _smem_operands(op):
         s = wgmma_swizzle_bytes(rows, cols, tvm.DataType(str(region.buffer.dtype)).bits)
         if s == 0:
@@ -85,8 +88,6 @@ def _operand_ok(op):
 
 
 def operand_layouts(op):
-    from tilex.layout.wgmma import make_wgmma_operand_layout
-
     out = {}
     for region, rows, cols, _ in _smem_operands(op):
         buf = region.buffer
@@ -99,21 +100,15 @@ def operand_layouts(op):
 
 
 def accumulator_layout(op, p: WgmmaPlan):
-    from tilex.layout.wgmma import make_wgmma_accumulator_fragment
-
     return make_wgmma_accumulator_fragment(op.M, op.N, p.wg_m, p.wg_n)
 
 
 def a_fragment_layout(op, p: WgmmaPlan):
     """Register layout of an A fragment: the rows of each warpgroup row slab, held by that slab's wg_n warpgroups."""
-    from tilex.layout.wgmma import make_wgmma_a_fragment
-
     return make_wgmma_a_fragment(op.M, op.K, p.wg_m, p.wg_n)
 
 
 def lower(op, ctx, p: WgmmaPlan):
-    from tilex.layout.wgmma import wgmma_swizzle_bytes
-
     t = ctx.thread_var
     g = tirx.floordiv(t, 128)
     row0 = tirx.floordiv(g, p.wg_n) * p.wm
@@ -132,7 +127,7 @@ def lower(op, ctx, p: WgmmaPlan):
         mask = 0 if ctx.async_mma == 2 else "r"
         ptr = buf.access_ptr(mask, offset=ctx.analyzer.simplify(idx[0]), extent=1)
         lbo = 16 if k_major else rows * swz  # MN-major: the next plane of the contiguous dimension
-        return tirx.call_extern("uint64", "tilex::wgmma_desc", ptr, lbo, 8 * swz, swz)
+        return intrin.wgmma_desc(ptr, lbo, 8 * swz, swz)
 
     m_at = row0 + mb * 64
     n_at = col0 + nb * p.n_inst
@@ -143,32 +138,26 @@ def lower(op, ctx, p: WgmmaPlan):
     if a_in_regs:
         # this thread's 8 A elements of (64-row block mb, k-step ki): see make_wgmma_a_fragment
         a_ptr = ctx.remap[op.A.buffer].access_ptr("r", offset=(mb * (op.K // 16) + ki) * 8, extent=8)
-        fn = f"tilex::wgmma_m64n{p.n_inst}k16_rs_{ty}<{int(not b_kmaj)}>"
-        inst = tirx.Evaluate(tirx.call_extern("void", fn, acc, a_ptr, db, 1))
+        inst = intrin.wgmma_rs(p.n_inst, ty, not b_kmaj, acc, a_ptr, db, 1)
     else:
         sa = wgmma_swizzle_bytes(a_rows, a_cols, bits)
         a_coord = [m_at, ki * 16] if a_kmaj else [ki * 16, m_at]
         da = desc(op.A, sa, a_kmaj, a_rows, a_coord)
-        fn = f"tilex::wgmma_m64n{p.n_inst}k16_{ty}<{int(not a_kmaj)}, {int(not b_kmaj)}>"
-        inst = tirx.Evaluate(tirx.call_extern("void", fn, acc, da, db, 1))
+        inst = intrin.wgmma_ss(p.n_inst, ty, not a_kmaj, not b_kmaj, acc, da, db, 1)
     body = tirx.For(nb, 0, p.wn // p.n_inst, tirx.ForKind.UNROLLED, inst)
     body = tirx.For(mb, 0, p.wm // 64, tirx.ForKind.UNROLLED, body)
     body = tirx.For(ki, 0, op.K // 16, tirx.ForKind.UNROLLED, body)
-    sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared"))
+    sync = storage_sync("shared")
     if ctx.async_mma:
         # in a software pipeline that fenced and synchronized the landed stage already: leave this k-tile's MMAs
         # in flight and wait for the previous one only; with several warpgroups, a barrier makes sure every
         # warpgroup finished reading the stage the pipeline refills next. Not with A in registers: the next
         # iteration rewrites them, which the PTX ISA allows only once the wgmma reading them has completed.
-        tail = [_ext("tilex::wgmma_commit"), _ext("tilex::wgmma_wait<0>" if a_in_regs else "tilex::wgmma_wait<1>")]
+        tail = [intrin.wgmma_commit(), intrin.wgmma_wait(0 if a_in_regs else 1)]
         if ctx.threads > 128 and ctx.async_mma == 1:  # (warp-specialized loops release stages per warp instead)
             tail.append(sync)
-        return [_ext("tilex::wgmma_fence"), body] + tail
+        return [intrin.wgmma_fence(), body] + tail
     # smem written by st.shared / cp.async must be fenced into the async proxy before the barrier wgmma waits on;
     # wgmma_fence orders this thread's register writes (accumulator, A fragment) before the wgmma reads them
-    return [_ext("tilex::fence_proxy_async"), sync, _ext("tilex::wgmma_fence"), body, _ext("tilex::wgmma_commit"),
-            _ext("tilex::wgmma_wait<0>")]
-
-
-def _ext(name):
-    return tirx.Evaluate(tirx.call_extern("void", name))
+    return [intrin.fence_proxy_async(), sync, intrin.wgmma_fence(), body, intrin.wgmma_commit(),
+            intrin.wgmma_wait(0)]

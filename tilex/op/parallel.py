@@ -1,15 +1,17 @@
 """`T.Parallel` loop nests as a tile operator: layout inference from the fragments they touch, and lowering."""
 from __future__ import annotations
 
+import numpy as np
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, dtype_of, map_nodes, walk
-
+from tilex.ir.visit import BufferLoadNode, dtype_of, map_nodes, substitute, walk
+from tilex.layout import compile_numpy
+from tilex.layout.project import project
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
-from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan, fragment_vector_width,
-                                pick_vector, static_shape, substitute)
+from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
+                                fragment_vector_width, pick_vector, static_shape)
 
 
 def collect_parallel_nest(loop):
@@ -90,8 +92,6 @@ class ParallelOp(TileOp):
                 keep = _subset_of_vars(idx, self.vars)
                 if keep is not None and ctx.layout_map.get(buf) is None and buf not in result:
                     # a broadcast operand (bias[j], row_max[i]): replicate it over the threads that read it
-                    from tilex.layout.project import project
-
                     drop = [d for d in range(len(self.vars)) if d not in keep]
                     result[buf] = project(self.loop_layout, drop)[0]
                 continue  # other patterns are checked at lowering: the loop's threads must own the element
@@ -199,15 +199,10 @@ def _subset_of_vars(indices, vars_):
 
 def _owned(loop_frag, lay, idx, vars_, extents):
     """Whether, for every iteration, some replica of the accessed element lives in the iteration's thread."""
-    import numpy as np
-
-
     grids = np.meshgrid(*[np.arange(e) for e in extents], indexing="ij")
     loop_t, _ = loop_frag.map_numpy(*grids)
     loop_t = np.broadcast_to(np.asarray(loop_t), grids[0].shape)
     # evaluate the access indices on the iteration grid
-    from tilex.layout._expr import compile_numpy
-
     acc = compile_numpy([tvm.sym.Analyzer().simplify(e) for e in idx], list(vars_))(*grids)
     acc = [np.broadcast_to(np.asarray(a), grids[0].shape) for a in acc]
     for a, s in zip(acc, lay.input_shape):

@@ -15,20 +15,9 @@ import math
 import tvm
 from tvm import tirx
 
-from tilex._tir import map_nodes
-
-from tilex.op.base import TileOpError, row_major_offset
-
-
-def substitute(node, mapping):
-    """Replace Vars in an expression or statement (mapping: Var -> PrimExpr)."""
-    if not mapping:
-        return node
-
-    def f(v):
-        return mapping.get(v, v)
-
-    return map_nodes(node, (tvm.ir.Var, f))
+from tilex.ir.visit import row_major_offset, substitute
+from tilex.layout import Fragment
+from tilex.op.base import TileOpError
 
 
 def unflatten(flat, shape):
@@ -59,8 +48,6 @@ def static_shape(extents, what):
 
 def coalesced_plan(extents, threads, vector):
     """A Fragment dealing a tile out row-major in `vector`-element chunks to consecutive threads."""
-    from tilex.layout import Fragment
-
     total = math.prod(extents)
     per_round = threads * vector
     if total % per_round != 0 and total > per_round:

@@ -13,6 +13,10 @@ import numpy as np
 import tvm
 from tvm import tirx
 
+from tilex.ir import intrin
+from tilex.ir.visit import storage_sync
+from tilex.layout import Fragment
+from tilex.layout.project import project
 from tilex.op.base import InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_shared
 from tilex.op.partition import coalesced_plan, emit_by_fragment, static_shape
 from tilex.op.region import READ, READ_WRITE, Region, to_region
@@ -81,8 +85,6 @@ class ReduceOp(TileOp):
 
     # ---- layout inference -------------------------------------------------------------------------------------
     def _projected(self, src_layout):
-        from tilex.layout.project import project
-
         lay, _ = project(src_layout, [self.dim])
         if len(lay.input_shape) != len(self.d_shape):
             lay = _reshape_1(lay, self.d_shape)
@@ -127,8 +129,6 @@ class ReduceOp(TileOp):
         return tirx.abs(v) if self.kind in ("abssum", "absmax") else v
 
     def _lower_fragment(self, ctx):
-        from tilex.layout.project import project
-
         sb, db = self.src.buffer, self.dst.buffer
         F = ctx.layout_map[sb]
         D = ctx.layout_map[db]
@@ -160,7 +160,7 @@ class ReduceOp(TileOp):
         for sc, e in warp_terms:
             off = sc
             while off < sc * e:
-                sh = tirx.call_extern(dtype, "tilex::shfl_xor", tirx.BufferLoad(acc, [s]), off)
+                sh = intrin.shfl_xor(dtype, tirx.BufferLoad(acc, [s]), off)
                 stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED,
                                       tirx.BufferStore(acc, _combine(self.kind, tirx.BufferLoad(acc, [s]), sh), [s])))
                 off *= 2
@@ -204,7 +204,7 @@ class ReduceOp(TileOp):
         if holders < threads:
             # threads that hold no element have no group; keep their partner reads inside the workspace
             read = [tirx.IfThenElse(t < holders, tirx.SeqStmt(read), None)]
-        sync = tirx.Evaluate(tirx.call_intrin("void", "tirx.tvm_storage_sync", "shared"))
+        sync = storage_sync("shared")
         # barriers: before writing (earlier readers of a reused workspace), between write and read, after reading
         return [tirx.AllocBuffer(ws), tirx.AllocBuffer(tmp), sync, write, sync] + read + [sync]
 
@@ -237,8 +237,6 @@ def _pad(kept, D):
 
 def _reshape_1(lay, shape):
     """Same fragment over `shape` when it differs from lay.input_shape only by unit dimensions."""
-    from tilex.layout import Fragment
-
     if len([e for e in shape if e != 1]) != len([e for e in lay.input_shape if e != 1]):
         raise TileOpError(f"cannot view {lay} as shape {shape}")
     pos = [d for d, e in enumerate(shape) if e != 1]

@@ -9,15 +9,10 @@ from dataclasses import dataclass
 
 import tvm
 from tvm import tirx
-
-from tilex._tir import BufferLoadNode
-
 from tvm.ir import Op
 
-from tilex.op.registry import register_intrinsic
-
-REGION_OP = "tilex.region"
-register_intrinsic(REGION_OP, printer_name="tilex_region")
+from tilex.ir.names import REGION_OP
+from tilex.ir.visit import BufferLoadNode
 
 READ, WRITE, READ_WRITE = 1, 2, 3
 

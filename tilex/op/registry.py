@@ -3,26 +3,10 @@ from __future__ import annotations
 
 import tvm
 from tvm.ir import Op
-from tvm.tirx.expr import CallEffectKind
+
+from tilex.ir.names import register_intrinsic
 
 _TILE_OPS: dict[str, type] = {}
-_REGISTERED_INTRINSICS: set[str] = set()
-
-
-def register_intrinsic(name, printer_name=None):
-    """Create (once) an opaque TVM op called `name` (e.g. ``tilex.copy``)."""
-    if name in _REGISTERED_INTRINSICS:
-        return
-    op_exists = True
-    try:
-        op = Op.get(name)
-        op_exists = op.has_attr("TCallEffectKind")
-    except Exception:  # noqa: BLE001 - op not known yet
-        op_exists = False
-    if not op_exists:
-        tvm.ir.register_op_attr(name, "TCallEffectKind", CallEffectKind.Opaque.value, level=10)
-        tvm.ir.register_op_attr(name, "TScriptPrinterName", printer_name or name.replace(".", "_"), level=10)
-    _REGISTERED_INTRINSICS.add(name)
 
 
 def register_tile_op(name):

@@ -3,19 +3,19 @@
 Created by the software-pipelining pass for warp-specialized loops (users keep writing ``T.copy``). The shared
 tile must carry a wgmma operand layout (`tilex.layout.wgmma`): each swizzle plane of it is one TMA box (E columns
 by all rows, E = one swizzle row), loaded with the matching hardware swizzle, so data lands exactly where the
-layout says. Out-of-bounds parts of a box read as zero. The tensor map is encoded by the host code before launch.
+layout says. Out-of-bounds parts of a box read as zero. The tensor map is encoded by the host code before launch
+(`LowerContext.tensor_map`, `tilex.ir.intrin.encode_tensor_map`).
 """
 from __future__ import annotations
 
 import tvm
 from tvm import tirx
 
+from tilex.ir import intrin
+from tilex.layout import make_wgmma_operand_layout, wgmma_swizzle_bytes
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_global, is_shared
 from tilex.op.region import READ, WRITE, Region
 from tilex.op.registry import register_tile_op
-
-_SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}  # CUtensorMapSwizzle
-
 
 def tma_load_call(src: Region, dst: Region, barrier):
     return tirx.call_intrin("handle", "tilex.tma_load", src.to_call(READ), dst.to_call(WRITE), barrier)
@@ -23,8 +23,6 @@ def tma_load_call(src: Region, dst: Region, barrier):
 
 def tma_box(dst: Region):
     """(rows, cols, swizzle bytes, elements per plane) of the shared tile a tma_load fills."""
-    from tilex.layout.wgmma import wgmma_swizzle_bytes
-
     rows, cols = (int(e) for e in dst.extents[-2:])
     bits = tvm.DataType(str(dst.buffer.dtype)).bits
     s = wgmma_swizzle_bytes(rows, cols, bits)
@@ -69,8 +67,6 @@ class TmaLoadOp(TileOp):
         return f"tma_load({self.src} -> {self.dst})"
 
     def _layout(self):
-        from tilex.layout.wgmma import make_wgmma_operand_layout
-
         rows, cols, _, _ = tma_box(self.dst)
         buf = self.dst.buffer
         want = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
@@ -101,18 +97,6 @@ class TmaLoadOp(TileOp):
             phys, off = ctx.physical_index(buf, idx)
             # written by the async proxy, ordered by the stage's mbarrier: not an access for TVM's ThreadSync
             dst_ptr = phys.access_ptr(0, offset=off[0], extent=1)
-            out.append(tirx.Evaluate(tirx.call_extern("void", "tilex::tma_load_2d", dst_ptr, tirx.address_of(tmap),
-                                                      bar, col0 + p * elems, row0)))
+            out.append(intrin.tma_load_2d(dst_ptr, tirx.address_of(tmap), bar, col0 + p * elems, row0))
         return out[0] if len(out) == 1 else tirx.SeqStmt(out)
 
-
-def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
-    """Host statements that bind `tmap` and encode it for `buffer` (2-d, row-major) with a (cols, rows) box."""
-    from tvm.tirx import op
-
-    rows, cols = (int(s) for s in buffer.shape)
-    bytes_per = tvm.DataType(str(buffer.dtype)).bits // 8
-    return [tirx.Bind(tmap, op.tvm_stack_alloca("tensormap", 1)),
-            tirx.Evaluate(op.tensormap_encode_tiled(
-                tmap, buffer.data, cols, rows, cols * bytes_per, box[0], box[1], 1, 1,
-                descriptor_dtype=str(buffer.dtype), rank=2, swizzle=_SWIZZLE_ENUM[swizzle_bytes]))]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilex._tir import walk
+from tilex.ir.visit import walk
 
 
 class KernelInfo:

@@ -14,19 +14,15 @@ from __future__ import annotations
 
 from collections import deque
 
-import tvm
 from tvm import tirx
 
-from tilex._tir import map_nodes
-
+from tilex.ir.names import ANNOTATE_OP, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR
+from tilex.ir.visit import is_op_call, map_nodes
+from tilex.layout.codec import decode_call, encode
 from tilex.op.base import InferContext, InferLevel, LayoutConflictError, TileOpError, is_fragment
 from tilex.op.parallel import ParallelOp
 from tilex.transform.kernel_scope import kernel_info
-from tilex.transform.layout_codec import encode
 from tilex.transform.op_collect import collect_tile_ops
-
-LAYOUT_MAP_ATTR = "tilex.layout_map"
-LOOP_LAYOUT_ATTR = "tilex.loop_layout"
 
 
 def infer_layouts(ops, threads, target=None, pinned=None):
@@ -96,15 +92,11 @@ def layout_inference(func, target=None):
 
 def _take_annotations(body):
     """Collect T.annotate_layout entries and drop their marker statements."""
-    import tvm
-
-    from tilex.transform.layout_codec import ANNOTATE_OP, decode_call
-
     pinned = {}
 
     def on_eval(node):
         v = node.value
-        if isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name == ANNOTATE_OP:
+        if is_op_call(v, ANNOTATE_OP):
             buf, lay = decode_call(v)
             pinned[buf] = lay
             return tirx.Evaluate(tirx.const(0, "int32"))
@@ -128,8 +120,3 @@ def _annotate_loops(body, loop_layouts):
 
     return map_nodes(body, (tirx.For, on_for), order="pre")
 
-
-@tirx.transform.prim_func_pass(opt_level=0, name="tilex.LayoutInference")
-def LayoutInference(func, mod, pass_ctx):  # noqa: N802
-    target = func.attrs.get("target") if func.attrs is not None else None
-    return layout_inference(func, target or tvm.target.Target.current(allow_none=True))

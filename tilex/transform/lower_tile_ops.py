@@ -12,14 +12,20 @@ import math
 import tvm
 from tvm import tirx
 
-from tilex._tir import BufferLoadNode, map_nodes, mutate, seq_items, walk
-from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared, target_arch
+from tilex.ir import intrin
+from tilex.ir.hardware import compute_capability
+from tilex.ir.names import ASYNC_MMA_SCOPE, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR, USE_SWIZZLE_OP
+from tilex.ir.visit import BufferLoadNode, map_nodes, mutate, seq_items, walk
+from tilex.layout.codec import decode
+from tilex.op.atomic import expose_shared_atomics
+from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info
-from tilex.transform.layout_codec import decode
-from tilex.transform.layout_inference import LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR
 from tilex.transform.op_collect import is_parallel_nest
+
+#: tilex ops that may remain in a program after its tile operators are lowered (a later pass consumes them)
+_MARKERS_AFTER_LOWERING = (USE_SWIZZLE_OP,)
 
 
 def _allocated_buffers(body):
@@ -49,7 +55,7 @@ def lower_tile_ops(func, target=None):
     enc = func.attrs.get(LAYOUT_MAP_ATTR) if func.attrs is not None else None
     layout_map = {b: decode(v) for b, v in enc.items()} if enc is not None else {}
     remap = _physical_buffers(_allocated_buffers(func.body), layout_map)
-    arch = target_arch(target)[0]
+    arch = compute_capability(target)[0]
     ctx = LowerContext(layout_map=layout_map, thread_var=info.thread_var, threads=info.threads, target=target,
                        analyzer=tvm.sym.Analyzer(), remap=remap, arch=arch)
     ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)
@@ -58,7 +64,10 @@ def lower_tile_ops(func, target=None):
 
     def on_eval(node, m):
         op = parse_tile_op(node.value) if isinstance(node.value, tvm.ir.Call) else None
-        return op.lower(ctx) if op is not None else node
+        if op is None:
+            _check_not_tile_op(node.value)
+            return node
+        return op.lower(ctx)
 
     def on_for(node, m):
         if is_parallel_nest(node):
@@ -78,8 +87,6 @@ def lower_tile_ops(func, target=None):
         return tirx.AllocBuffer(phys) if phys is not None else node
 
     def on_attr(node, m):
-        from tilex.transform.inject_pipeline import ASYNC_MMA_SCOPE
-
         if node.attr_key != ASYNC_MMA_SCOPE:
             body = m.mutate(node.body)
             return node if body.same_as(node.body) else tirx.AttrStmt(node.node, node.attr_key, node.value, body)
@@ -102,8 +109,6 @@ def lower_tile_ops(func, target=None):
     body = _remap_leftover_accesses(body, ctx)
     # element atomics on shared memory were built before buffers took their final form: make them visible to
     # ThreadSync (tvm_access_ptr) so it orders them against the plain accesses around them
-    from tilex.op.atomic import expose_shared_atomics
-
     body = expose_shared_atomics(body)
     if ctx.host_init:
         # tensor maps are encoded by the host part of the function, before the kernel launch
@@ -138,13 +143,20 @@ def _remap_leftover_accesses(body, ctx):
     return map_nodes(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
 
 
-@tirx.transform.prim_func_pass(opt_level=0, name="tilex.LowerTileOps")
-def LowerTileOps(func, mod, pass_ctx):  # noqa: N802
-    target = func.attrs.get("target") if func.attrs is not None else None
-    return lower_tile_ops(func, target or tvm.target.Target.current(allow_none=True))
+def _check_not_tile_op(value):
+    """A tilex op that is neither a registered tile operator nor a marker a later pass consumes would reach the
+    CUDA code generator as an unknown call: say so here."""
+    if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name.startswith("tilex.") \
+            and value.op.name not in _MARKERS_AFTER_LOWERING:
+        raise TileOpError(f"'{value.op.name}' is not a registered tile operator (is its module imported by "
+                          f"tilex/op/__init__.py?): {value}")
 
 
-_GROUP_SEAM = ("tilex::wgmma_commit", "tilex::wgmma_wait<1>", "tilex::wgmma_fence")
+def _is_group_seam(items):
+    """commit, wait<1>, fence: the end of one asynchronous gemm's wgmma group and the start of the next."""
+    return (len(items) == 3 and intrin.is_call(items[0], intrin.WGMMA_COMMIT)
+            and intrin.name_of(items[1]) == intrin.name_of(intrin.wgmma_wait(1))
+            and intrin.is_call(items[2], intrin.WGMMA_FENCE))
 
 
 def _merge_wgmma_groups(stmt):
@@ -152,16 +164,13 @@ def _merge_wgmma_groups(stmt):
     fence between them. Waiting after each gemm would drain the previous gemm's MMAs while the next one is
     issued, leaving the tensor cores half the iteration's work queued; one group per iteration keeps it all
     queued while the previous iteration's group completes (the wait at the end still covers the stage release)."""
-    from tilex.transform.warp_specialize import extern_name
-
     def flat(s):  # the gemms' statement lists sit in nested SeqStmts
         return [y for x in seq_items(s) for y in flat(x)] if isinstance(s, tirx.SeqStmt) else [s]
 
     items = flat(stmt)
-    names = [extern_name(x) for x in items]
     keep, i = [], 0
     while i < len(items):
-        if tuple(names[i:i + 3]) == _GROUP_SEAM:
+        if _is_group_seam(items[i:i + 3]):
             i += 3
             continue
         keep.append(items[i])

@@ -5,7 +5,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex._tir import walk
+from tilex.ir.visit import walk
 
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op

@@ -28,17 +28,15 @@ from __future__ import annotations
 
 import tvm
 from tvm import tirx
-from tvm.ir import Op
 
-from tilex._tir import mutate, seq_items, walk
-from tilex.language.annotate import SWIZZLE_ORDERS, USE_SWIZZLE_OP
+from tilex.ir.names import SWIZZLE_ORDERS, USE_SWIZZLE_OP
+from tilex.ir.visit import is_op_call, mutate, seq_items, walk
 from tilex.transform.kernel_scope import launch_chain
 
 
 def _marker(stmt):
     """(panel_size, order name) if `stmt` is a use_swizzle marker, else None."""
-    if isinstance(stmt, tirx.Evaluate) and isinstance(stmt.value, tvm.ir.Call) \
-            and isinstance(stmt.value.op, Op) and stmt.value.op.name == USE_SWIZZLE_OP:
+    if isinstance(stmt, tirx.Evaluate) and is_op_call(stmt.value, USE_SWIZZLE_OP):
         panel, order = stmt.value.args
         return int(panel.value), SWIZZLE_ORDERS[int(order.value)]
     return None
@@ -75,7 +73,8 @@ def swizzled_block_index(hx, hy, gx, gy, panel_size, order="row"):
     return (slow, fast) if order == "row" else (fast, slow)
 
 
-def _drop_markers(stmt):
+def drop_markers(stmt):
+    """`stmt` without its T.use_swizzle markers."""
     def on_seq(seq, m):
         items = [m.mutate(s) for s in seq.seq if _marker(s) is None]
         if not items:
@@ -88,7 +87,8 @@ def _drop_markers(stmt):
     return mutate(stmt, [(tirx.SeqStmt, on_seq), (tirx.Evaluate, on_eval)])
 
 
-def _find_markers(stmt):
+def find_markers(stmt):
+    """The (panel_size, order) of every T.use_swizzle marker in `stmt`."""
     found = []
     walk(stmt, (tirx.Evaluate, lambda n: found.append(_marker(n)) if _marker(n) else None))
     return found
@@ -97,7 +97,7 @@ def _find_markers(stmt):
 def _rewrite_launch(attr, panel_size, order):
     chain = launch_chain(attr)
     ivs = {a.node.thread_tag: a for a in chain}
-    body = _drop_markers(chain[-1].body)
+    body = drop_markers(chain[-1].body)
     if "blockIdx.x" not in ivs or "blockIdx.y" not in ivs:
         new_body = body  # 1-d grid: nothing to rasterize
         new_ivs = {}
@@ -127,7 +127,7 @@ def _rewrite_launch(attr, panel_size, order):
 def thread_block_swizzle(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """Apply the ``T.use_swizzle`` markers of `func` (see the module docstring); a function without one is
     returned unchanged."""
-    markers = _find_markers(func.body)
+    markers = find_markers(func.body)
     if not markers:
         return func
     if len(set(markers)) > 1:
@@ -138,16 +138,12 @@ def thread_block_swizzle(func: tirx.PrimFunc) -> tirx.PrimFunc:
         if node.attr_key != "thread_extent":
             body = m.mutate(node.body)
             return node if body.same_as(node.body) else tirx.AttrStmt(node.node, node.attr_key, node.value, body)
-        if not _find_markers(node):
+        if not find_markers(node):
             return node
         return _rewrite_launch(node, panel_size, order)
 
     body = mutate(func.body, (tirx.AttrStmt, on_attr))
-    if _find_markers(body):
+    if find_markers(body):
         raise ValueError("T.use_swizzle must be called inside a T.Kernel launch scope")
     return func.with_body(body)
 
-
-@tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadBlockSwizzle")
-def ThreadBlockSwizzle(func, mod, pass_ctx):  # noqa: N802 - pass naming follows TVM
-    return thread_block_swizzle(func)

@@ -1,0 +1,221 @@
+"""nvcc driver and the TVM CUDA hooks.
+
+On import this module registers (once, overriding TVM's defaults):
+
+* ``tvm_callback_cuda_compile(code)`` -- TVM calls it to turn generated CUDA C++ into a binary, at build
+  time when the CUDA runtime is loaded (GPU machine) or when a source-only module is loaded later.
+  We compile with nvcc to a cubin for the arch of ``tvm.target.Target.current()`` (else the detected GPU,
+  else :data:`tilex.env.DEFAULT_ARCH`), with ``-I <tilex include dir>``.
+* ``tvm_callback_cuda_postproc(code, target)`` -- runs at codegen time; prepends
+  ``#include "tilex/common.h"`` when that header exists and the code does not include it yet, applies the
+  launch markers of warp-specialized kernels to ``__launch_bounds__`` / ``__cluster_dims__`` and aligns dynamic
+  shared memory to 1024 bytes. Each edit of TVM's text raises TilexCompileError when the text it edits is not
+  there in the form TVM 0.27 writes it (rather than silently leaving the kernel without it).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import tempfile
+import threading
+from typing import Sequence
+
+import tvm  # noqa: F401 - TVM's own CUDA callbacks are registered first, then overridden here
+import tvm_ffi
+
+from tilex import env
+from tilex.ir import intrin
+
+__all__ = ["TilexCompileError", "compile_cuda", "nvcc_command", "register_hooks", "compile_count",
+           "COMMON_HEADER"]
+
+COMMON_HEADER = "tilex/common.h"
+
+#: Flags always passed to nvcc (no --use_fast_math: correctness first; add it via ``options`` or
+#: ``$TILEX_NVCC_FLAGS`` if wanted).
+BASE_FLAGS = (
+    "-O3",
+    "-std=c++17",
+    "--expt-relaxed-constexpr",
+    "-lineinfo",
+    "-U__CUDA_NO_HALF_OPERATORS__",
+    "-U__CUDA_NO_HALF_CONVERSIONS__",
+    "-U__CUDA_NO_HALF2_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-U__CUDA_NO_BFLOAT162_OPERATORS__",
+    "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
+)
+
+_MAX_ERROR_LINES = 60
+_lock = threading.Lock()
+_compile_count = 0
+
+
+class TilexCompileError(RuntimeError):
+    """nvcc failed. ``.command``, ``.stderr`` and ``.source_path`` (the kept .cu file) are attached."""
+
+    def __init__(self, message: str, command: Sequence[str] = (), stderr: str = "", source_path: str = ""):
+        super().__init__(message)
+        self.command = list(command)
+        self.stderr = stderr
+        self.source_path = source_path
+
+
+def compile_count() -> int:
+    """How many times nvcc was run through :func:`compile_cuda` in this process."""
+    return _compile_count
+
+
+def _gencode(arch: str) -> list[str]:
+    sm = env.normalize_arch(arch)  # sm_90a
+    num = sm[3:]
+    return ["-gencode", f"arch=compute_{num},code=sm_{num}"]
+
+
+def nvcc_command(src: str, out: str, arch: str, options: Sequence[str] | None = None,
+                 fmt: str = "cubin") -> list[str]:
+    """The nvcc command line used for ``src`` -> ``out``."""
+    cmd = [env.find_nvcc(), f"--{fmt}", *_gencode(arch), *BASE_FLAGS, f"-I{env.include_dir()}"]
+    extra = os.environ.get("TILEX_NVCC_FLAGS")
+    if extra:
+        cmd += shlex.split(extra)
+    if options:
+        cmd += list(options)
+    cmd += ["-o", out, src]
+    return cmd
+
+
+def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, fmt: str = "cubin") -> bytes:
+    """Compile CUDA C++ ``source`` with nvcc for ``arch`` (``"sm_90a"``, ``"sm_80"``, ...).
+
+    Returns the cubin (or ptx/fatbin for ``fmt``) bytes. On failure raises :class:`TilexCompileError`
+    with the command, the first 60 lines of nvcc's output, and the path of the kept ``.cu`` file.
+    ``$TILEX_DUMP_DIR``, if set, receives a copy of every compiled source.
+    """
+    global _compile_count
+    if fmt not in ("cubin", "ptx", "fatbin"):
+        raise ValueError(f"compile_cuda: unsupported fmt {fmt!r}")
+    tmp = tempfile.mkdtemp(prefix="tilex_nvcc_")
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    src = os.path.join(tmp, f"kernel_{digest}.cu")
+    out = os.path.join(tmp, f"kernel_{digest}.{fmt}")
+    with open(src, "w") as f:
+        f.write(source)
+    dump = os.environ.get("TILEX_DUMP_DIR")
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        shutil.copy(src, os.path.join(dump, os.path.basename(src)))
+    cmd = nvcc_command(src, out, arch, options, fmt)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    except OSError as e:
+        raise TilexCompileError(f"tilex: could not run nvcc: {e}\ncommand: {shlex.join(cmd)}\n"
+                                f"source kept at: {src}", cmd, str(e), src) from None
+    with _lock:
+        _compile_count += 1
+    if proc.returncode != 0 or not os.path.exists(out):
+        lines = proc.stdout.splitlines()
+        shown = "\n".join(lines[:_MAX_ERROR_LINES])
+        more = f"\n... ({len(lines) - _MAX_ERROR_LINES} more lines)" if len(lines) > _MAX_ERROR_LINES else ""
+        raise TilexCompileError(
+            f"tilex: nvcc failed (exit code {proc.returncode}) for {arch}\n"
+            f"command: {shlex.join(cmd)}\n"
+            f"source kept at: {src}\n"
+            f"--- nvcc output ---\n{shown}{more}",
+            cmd, proc.stdout, src,
+        )
+    with open(out, "rb") as f:
+        data = f.read()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return data
+
+
+def _current_arch() -> str:
+    tgt = tvm.target.Target.current(allow_none=True)
+    if tgt is not None and str(tgt.kind.name) == "cuda":
+        return env.target_arch(tgt)
+    return env.target_arch(None)
+
+
+def _cuda_compile_hook(code, *_unused):
+    # TVM's C++ side calls this with one argument today; accept extra ones for forward compatibility.
+    return compile_cuda(str(code), _current_arch())
+
+
+def add_common_include(code: str) -> str:
+    """Prepend ``#include "tilex/common.h"`` when the header exists and ``code`` lacks it."""
+    if COMMON_HEADER in code:
+        return code
+    if not os.path.isfile(os.path.join(env.include_dir(), COMMON_HEADER)):
+        return code
+    return f'#include "{COMMON_HEADER}"\n' + code
+
+
+def cap_registers_for_setmaxnreg(code: str) -> str:
+    """Warp-specialized kernels rebalance registers with setmaxnreg, which ptxas honours only when the kernel has
+    a register cap at entry: give their launch bounds the blocks-per-multiprocessor minimum WarpSpecialize
+    planned its register split for (its ``min_blocks_per_sm`` launch marker; 1 without one), and the cluster
+    shape of a kernel with a ``cluster_dims`` marker."""
+    if intrin.REG_ALLOC not in code:
+        return code
+    blocks = intrin.read_launch_marker(code, intrin.MIN_BLOCKS_PER_SM) or 1
+    cluster = intrin.read_launch_marker(code, intrin.CLUSTER_DIMS)
+    prefix = f"__cluster_dims__({cluster}, 1, 1) " if cluster else ""
+    out, at, found = [], 0, 0
+    while True:
+        start = code.find(_LAUNCH_BOUNDS, at)
+        if start < 0:
+            break
+        end = code.find(")", start)
+        threads = code[start + len(_LAUNCH_BOUNDS):end]
+        if threads.isdigit():
+            out += [code[at:start], f"{prefix}{_LAUNCH_BOUNDS}{threads}, {blocks})"]
+            found += 1
+        else:
+            out.append(code[at:end + 1])
+        at = end + 1
+    if not found:
+        raise TilexCompileError("tilex: TVM's CUDA code has no `__launch_bounds__(N)` for the warp-specialized "
+                                "kernel; the register plan of its setmaxnreg split cannot be applied")
+    return "".join(out) + code[at:]
+
+
+_LAUNCH_BOUNDS = "__launch_bounds__("
+_DYNAMIC_SHARED_AS_TVM_WRITES = "extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];"
+_DYNAMIC_SHARED_ALIGNED = "extern __shared__ __align__(1024) uchar buf_dyn_shmem_ptr[];"
+
+
+def align_dynamic_shared(code: str) -> str:
+    """Start dynamic shared memory on a 1024-byte boundary. The hardware swizzles of TMA and wgmma are functions of
+    the absolute shared address (the pattern repeats every 1024 bytes), while threads that write a swizzled tile
+    (cp.async, st.shared before a TMA store) compute it from the buffer start: the two agree only when the
+    buffer starts on such a boundary, which static shared memory (mbarriers) placed first would break."""
+    if "buf_dyn_shmem_ptr[]" in code and _DYNAMIC_SHARED_AS_TVM_WRITES not in code:
+        raise TilexCompileError("tilex: TVM declared dynamic shared memory in an unexpected form (not `"
+                                f"{_DYNAMIC_SHARED_AS_TVM_WRITES}`); it cannot be aligned to 1024 bytes")
+    return code.replace(_DYNAMIC_SHARED_AS_TVM_WRITES, _DYNAMIC_SHARED_ALIGNED)
+
+
+def _cuda_postproc_hook(code, *_unused):
+    return align_dynamic_shared(cap_registers_for_setmaxnreg(add_common_include(str(code))))
+
+
+_registered = False
+
+
+def register_hooks(force: bool = False) -> None:
+    """Register the TVM CUDA callbacks (idempotent; ``force`` re-registers, e.g. after someone else
+    overrode them)."""
+    global _registered
+    if _registered and not force:
+        return
+    tvm_ffi.register_global_func("tvm_callback_cuda_compile", _cuda_compile_hook, override=True)
+    tvm_ffi.register_global_func("tvm_callback_cuda_postproc", _cuda_postproc_hook, override=True)
+    _registered = True
+
+
+register_hooks()

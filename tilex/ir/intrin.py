@@ -1,0 +1,316 @@
+"""Typed builders for the device functions of ``src/tilex/*.h``, grouped by header, and their readers.
+
+Every ``tilex::`` device function the generated code calls is named here once, as a constant, and built by one
+function: a void function becomes a statement (``Evaluate`` of a ``call_extern``), a value-returning one an
+expression. Template arguments are part of the emitted name (``tilex::cp_async_wait<1>``); passes that look for
+a call compare base names with :func:`is_call` and read template arguments with :func:`template_args`.
+
+Launch facts a pass decides and the CUDA post-processor applies (the minimum blocks per multiprocessor of a
+warp-specialized kernel, the cluster shape) travel as marker calls: :func:`min_blocks_per_sm` and
+:func:`cluster_dims` write them, :func:`read_launch_marker` reads them back from the IR or from the CUDA text.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+from tvm.tirx import op as tirx_op
+
+from tilex.ir.visit import walk
+
+# ---- copy_async.h: cp.async (sm80+) ---------------------------------------------------------------------------
+CP_ASYNC = "tilex::cp_async"
+CP_ASYNC_ZFILL = "tilex::cp_async_zfill"
+CP_ASYNC_COMMIT = "tilex::cp_async_commit"
+CP_ASYNC_WAIT = "tilex::cp_async_wait"
+# ---- mma_sm80.h: ldmatrix + mma.sync ----------------------------------------------------------------------------
+LDMATRIX = "tilex::ldmatrix"
+MMA_M16N8K16 = "tilex::mma_m16n8k16"
+# ---- wgmma_sm90.h -------------------------------------------------------------------------------------------------
+FENCE_PROXY_ASYNC = "tilex::fence_proxy_async"
+WGMMA_FENCE = "tilex::wgmma_fence"
+WGMMA_COMMIT = "tilex::wgmma_commit"
+WGMMA_WAIT = "tilex::wgmma_wait"
+WGMMA_DESC = "tilex::wgmma_desc"
+WGMMA_M64 = "tilex::wgmma_m64"
+# ---- reduce.h -----------------------------------------------------------------------------------------------------
+SHFL_XOR = "tilex::shfl_xor"
+# ---- atomic.h -----------------------------------------------------------------------------------------------------
+ATOMIC_PREFIX = "tilex::atomic_"  # atomic_add / atomic_max / atomic_min / atomic_add_vec<global>
+RED_PREFIX = "tilex::red"
+# ---- debug.h ------------------------------------------------------------------------------------------------------
+DEBUG_PRINT = "tilex::debug_print"
+# ---- tma.h: mbarriers, TMA, clusters, register reconfiguration ----------------------------------------------------
+MBAR_INIT = "tilex::mbar_init"
+MBAR_INIT_FENCE = "tilex::mbar_init_fence"
+MBAR_WAIT = "tilex::mbar_wait"
+MBAR_ARRIVE = "tilex::mbar_arrive"
+MBAR_ARRIVE_CLUSTER = "tilex::mbar_arrive_cluster"
+MBAR_ARRIVE_EXPECT_TX = "tilex::mbar_arrive_expect_tx"
+TMA_LOAD_2D = "tilex::tma_load_2d"
+TMA_LOAD_2D_MULTICAST = "tilex::tma_load_2d_multicast"
+TMA_STORE_2D = "tilex::tma_store_2d"
+BULK_COMMIT = "tilex::bulk_commit"
+BULK_WAIT_READ = "tilex::bulk_wait_read"
+NAMED_BARRIER_SYNC = "tilex::named_barrier_sync"
+CLUSTER_SYNC = "tilex::cluster_sync"
+REG_ALLOC = "tilex::reg_alloc"
+REG_DEALLOC = "tilex::reg_dealloc"
+MIN_BLOCKS_PER_SM = "tilex::min_blocks_per_sm"  # launch marker
+CLUSTER_DIMS = "tilex::cluster_dims"  # launch marker
+# ---- stream_k.h ---------------------------------------------------------------------------------------------------
+STREAMK_FIXUP = "tilex::streamk_fixup"
+
+#: Device functions that write global memory (a stream-K contributor must not run them).
+GLOBAL_WRITE_PREFIXES = (TMA_STORE_2D, ATOMIC_PREFIX, RED_PREFIX)
+#: Device functions that are barriers across threads (a bulk store's reads must be done before them).
+BARRIERS = (NAMED_BARRIER_SYNC, CLUSTER_SYNC)
+
+
+def _templated(name, *targs):
+    return f"{name}<{', '.join(str(a) for a in targs)}>" if targs else name
+
+
+def _stmt(name, *args):
+    return tirx.Evaluate(tirx.call_extern("void", name, *args))
+
+
+# ---- readers ------------------------------------------------------------------------------------------------------
+def name_of(node) -> str | None:
+    """The full device-function name (template arguments included) of a ``call_extern`` Call, or of an Evaluate
+    of one; None for anything else."""
+    call = node.value if isinstance(node, tirx.Evaluate) else node
+    if isinstance(call, tvm.ir.Call) and isinstance(call.op, tvm.ir.Op) and call.op.name == "tirx.call_extern":
+        return str(call.args[0].value)
+    return None
+
+
+def base_name(full: str) -> str:
+    """``tilex::cp_async_wait<1>`` -> ``tilex::cp_async_wait``."""
+    return full.split("<", 1)[0]
+
+
+def is_call(node, name: str) -> bool:
+    """Whether `node` (a Call or an Evaluate of one) calls the device function `name` (any template arguments)."""
+    full = name_of(node)
+    return full is not None and base_name(full) == name
+
+
+def starts_with(node, prefixes) -> bool:
+    """Whether `node` calls a device function whose name starts with one of `prefixes` (a str or a tuple)."""
+    full = name_of(node)
+    return full is not None and full.startswith(prefixes)
+
+
+def template_args(full: str) -> list[str]:
+    """The template arguments of a device-function name, as written: ``f<2, 1>`` -> ``["2", "1"]``."""
+    if "<" not in full:
+        return []
+    inner = full[full.index("<") + 1:full.rindex(">")]
+    return [a.strip() for a in inner.split(",")]
+
+
+# ---- copy_async.h -------------------------------------------------------------------------------------------------
+def cp_async(nbytes, dst_ptr, src_ptr):
+    """Asynchronous copy of `nbytes` (4, 8 or 16) global -> shared."""
+    return _stmt(_templated(CP_ASYNC, nbytes), dst_ptr, src_ptr)
+
+
+def cp_async_zfill(nbytes, dst_ptr, src_ptr, cond):
+    """`cp_async` that writes zeros instead where `cond` is false."""
+    return _stmt(_templated(CP_ASYNC_ZFILL, nbytes), dst_ptr, src_ptr, cond)
+
+
+def cp_async_commit():
+    return _stmt(CP_ASYNC_COMMIT)
+
+
+def cp_async_wait(n):
+    """Wait until at most `n` committed cp.async groups are in flight."""
+    return _stmt(_templated(CP_ASYNC_WAIT, n))
+
+
+# ---- mma_sm80.h ---------------------------------------------------------------------------------------------------
+def ldmatrix(count, trans, dst_ptr, src_ptr):
+    """``ldmatrix.x{count}`` (``.trans`` when `trans`): 8x8 b16 matrices from shared memory into registers."""
+    return _stmt(f"{LDMATRIX}_x{count}{'_trans' if trans else ''}", dst_ptr, src_ptr)
+
+
+def mma_m16n8k16(in_ty, c_ptr, a_ptr, b_ptr):
+    """``mma.sync.m16n8k16`` on `in_ty` inputs (``f16`` / ``bf16``) accumulating into fp32 `c_ptr`."""
+    return _stmt(f"{MMA_M16N8K16}_{in_ty}", c_ptr, a_ptr, b_ptr)
+
+
+# ---- wgmma_sm90.h -------------------------------------------------------------------------------------------------
+def fence_proxy_async():
+    """Make this thread's generic-proxy shared-memory writes visible to the async proxy (wgmma, TMA)."""
+    return _stmt(FENCE_PROXY_ASYNC)
+
+
+def wgmma_fence():
+    return _stmt(WGMMA_FENCE)
+
+
+def wgmma_commit():
+    return _stmt(WGMMA_COMMIT)
+
+
+def wgmma_wait(n):
+    """Wait until at most `n` committed wgmma groups are in flight."""
+    return _stmt(_templated(WGMMA_WAIT, n))
+
+
+def wgmma_desc(ptr, lbo, sbo, swizzle_bytes):
+    """The 64-bit shared-memory matrix descriptor of a wgmma operand (an expression)."""
+    return tirx.call_extern("uint64", WGMMA_DESC, ptr, lbo, sbo, swizzle_bytes)
+
+
+def wgmma_ss(n, ty, a_mn_major, b_mn_major, acc_ptr, a_desc, b_desc, scale_d):
+    """``wgmma.mma_async.m64n{n}k16`` with both operands in shared memory (descriptors)."""
+    return _stmt(f"{WGMMA_M64}n{n}k16_{ty}<{int(a_mn_major)}, {int(b_mn_major)}>", acc_ptr, a_desc, b_desc, scale_d)
+
+
+def wgmma_rs(n, ty, b_mn_major, acc_ptr, a_ptr, b_desc, scale_d):
+    """``wgmma.mma_async.m64n{n}k16`` with A in registers."""
+    return _stmt(f"{WGMMA_M64}n{n}k16_rs_{ty}<{int(b_mn_major)}>", acc_ptr, a_ptr, b_desc, scale_d)
+
+
+# ---- reduce.h -----------------------------------------------------------------------------------------------------
+def shfl_xor(dtype, value, offset):
+    """``__shfl_xor_sync`` over the full warp (an expression of `dtype`)."""
+    return tirx.call_extern(dtype, SHFL_XOR, value, offset)
+
+
+# ---- atomic.h -----------------------------------------------------------------------------------------------------
+def atomic_name(kind_name: str, vector_global: bool | None = None) -> str:
+    """``tilex::atomic_<kind>`` for one element, or (`vector_global` set) ``tilex::atomic_add_vec<global?>``."""
+    if vector_global is None:
+        return f"{ATOMIC_PREFIX}{kind_name}"
+    return f"{ATOMIC_PREFIX}add_vec<{'true' if vector_global else 'false'}>"
+
+
+def atomic(name: str, ptr, *args):
+    """A call (expression) of an atomic helper named by :func:`atomic_name`."""
+    return tirx.call_extern("void", name, ptr, *args)
+
+
+def is_atomic(node) -> bool:
+    return starts_with(node, ATOMIC_PREFIX)
+
+
+# ---- debug.h ------------------------------------------------------------------------------------------------------
+def debug_print(c_type, fmt, value, *indices):
+    """``printf`` of one value (of C type `c_type`) with the block/thread prefix (an expression)."""
+    return tirx.call_extern("void", _templated(DEBUG_PRINT, c_type), fmt, value, *indices)
+
+
+# ---- tma.h --------------------------------------------------------------------------------------------------------
+def mbar_init(bar_ptr, count):
+    return _stmt(MBAR_INIT, bar_ptr, count)
+
+
+def mbar_init_fence():
+    return _stmt(MBAR_INIT_FENCE)
+
+
+def mbar_wait(bar_ptr, phase):
+    return _stmt(MBAR_WAIT, bar_ptr, phase)
+
+
+def mbar_arrive(bar_ptr):
+    return _stmt(MBAR_ARRIVE, bar_ptr)
+
+
+def mbar_arrive_cluster(bar_ptr, rank):
+    """Arrive on the mbarrier at `bar_ptr`'s offset in the shared memory of cluster block `rank`."""
+    return _stmt(MBAR_ARRIVE_CLUSTER, bar_ptr, rank)
+
+
+def mbar_arrive_expect_tx(bar_ptr, nbytes):
+    return _stmt(MBAR_ARRIVE_EXPECT_TX, bar_ptr, nbytes)
+
+
+def tma_load_2d(dst_ptr, tmap_ptr, bar_ptr, col, row):
+    return _stmt(TMA_LOAD_2D, dst_ptr, tmap_ptr, bar_ptr, col, row)
+
+
+def tma_load_2d_multicast(dst_ptr, tmap_ptr, bar_ptr, col, row, mask):
+    """`tma_load_2d` into the same offset of every cluster block in `mask`."""
+    return _stmt(TMA_LOAD_2D_MULTICAST, dst_ptr, tmap_ptr, bar_ptr, col, row, mask)
+
+
+def tma_store_2d(tmap_ptr, src_ptr, col, row):
+    return _stmt(TMA_STORE_2D, tmap_ptr, src_ptr, col, row)
+
+
+#: CUtensorMapSwizzle value of each TMA swizzle width (bytes).
+_SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}
+
+
+def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
+    """Host statements that bind `tmap` and encode it for `buffer` (2-d, row-major) with a (cols, rows) box; the
+    kernel gets `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store_2d`."""
+    rows, cols = (int(s) for s in buffer.shape)
+    bytes_per = tvm.DataType(str(buffer.dtype)).bits // 8
+    return [tirx.Bind(tmap, tirx_op.tvm_stack_alloca("tensormap", 1)),
+            tirx.Evaluate(tirx_op.tensormap_encode_tiled(
+                tmap, buffer.data, cols, rows, cols * bytes_per, box[0], box[1], 1, 1,
+                descriptor_dtype=str(buffer.dtype), rank=2, swizzle=_SWIZZLE_ENUM[swizzle_bytes]))]
+
+
+def bulk_commit():
+    return _stmt(BULK_COMMIT)
+
+
+def bulk_wait_read(n):
+    """Wait until at most `n` bulk-store groups still read shared memory."""
+    return _stmt(_templated(BULK_WAIT_READ, n))
+
+
+def named_barrier_sync(threads):
+    """Barrier over `threads` threads (the consumer warpgroups of a warp-specialized kernel)."""
+    return _stmt(NAMED_BARRIER_SYNC, threads)
+
+
+def cluster_sync():
+    return _stmt(CLUSTER_SYNC)
+
+
+def reg_alloc(n):
+    """``setmaxnreg.inc`` to `n` registers per thread."""
+    return _stmt(_templated(REG_ALLOC, n))
+
+
+def reg_dealloc(n):
+    """``setmaxnreg.dec`` to `n` registers per thread."""
+    return _stmt(_templated(REG_DEALLOC, n))
+
+
+def min_blocks_per_sm(n):
+    """Launch marker: the kernel's register plan assumes `n` resident blocks per multiprocessor (the CUDA
+    post-processor puts `n` into ``__launch_bounds__``)."""
+    return _stmt(_templated(MIN_BLOCKS_PER_SM, n))
+
+
+def cluster_dims(n):
+    """Launch marker: the kernel runs in clusters of `n` blocks along x (``__cluster_dims__(n, 1, 1)``)."""
+    return _stmt(_templated(CLUSTER_DIMS, n))
+
+
+def read_launch_marker(where, marker: str) -> int | None:
+    """The value of launch marker `marker` (:data:`MIN_BLOCKS_PER_SM` or :data:`CLUSTER_DIMS`) in `where`: a
+    statement (the first marker call found) or generated CUDA text; None when it has none."""
+    if isinstance(where, str):
+        at = where.find(marker + "<")
+        if at < 0:
+            return None
+        end = where.index(">", at)
+        return int(where[at + len(marker) + 1:end])
+    found = []
+    walk(where, (tvm.ir.Call, lambda c: found.append(name_of(c)) if is_call(c, marker) else None))
+    return int(template_args(found[0])[0]) if found else None
+
+
+# ---- stream_k.h ---------------------------------------------------------------------------------------------------
+def streamk_fixup(words, threads, grid, *args):
+    """The stream-K partial exchange of one tile (an int32 expression; see src/tilex/stream_k.h)."""
+    return tirx.call_extern("int32", _templated(STREAMK_FIXUP, words, threads, grid), *args)

@@ -1,0 +1,80 @@
+"""Every marker op and IR attribute key that crosses a file, each with who writes it and who reads it.
+
+Tile-operator op names (``tilex.copy``, ``tilex.gemm``, ...) are not here: each lives in its operator's file, next
+to its builder and its registration.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm.ir import Op
+from tvm.tirx.expr import CallEffectKind
+
+# ---- frontend markers (tilex.language writes them at parse time) -------------------------------------------------
+#: op ``tilex.parallel_marker(n)`` before an n-deep grid: language.loop.Parallel writes, language.canonicalize reads.
+PARALLEL_MARKER = "tilex.parallel_marker"
+#: loop annotation, the stage count of a T.Pipelined loop: language.loop writes, transform.pipeline reads.
+NUM_STAGES = "tilex.num_stages"
+#: loop annotations of an explicit schedule (lists): language.loop writes, transform.pipeline reads.
+PIPELINE_ORDER = "tilex.pipeline_order"
+PIPELINE_STAGE = "tilex.pipeline_stage"
+#: op ``tilex.use_swizzle(panel, order)``: language.annotate writes; transform.thread_block_swizzle (and the
+#: persistent grid, transform.hopper) read and consume it. `order` is an index into SWIZZLE_ORDERS.
+USE_SWIZZLE_OP = "tilex.use_swizzle"
+SWIZZLE_ORDERS = ("row", "column")
+#: op ``tilex.annotate_layout(buffer, ...)``: layout.codec builds it for language.layout_annotation;
+#: transform.layout_inference reads it.
+ANNOTATE_OP = "tilex.annotate_layout"
+#: op ``tilex.region(BufferLoad(buf, mins), access, *extents)``, the operand of every tile op: op.region writes and
+#: reads it; transform.pipeline retargets regions to multi-buffered stages.
+REGION_OP = "tilex.region"
+
+# ---- layout inference results ----------------------------------------------------------------------------------
+#: function attribute {buffer var: encoded Layout/Fragment}: transform.layout_inference writes,
+#: transform.lower_tile_ops reads.
+LAYOUT_MAP_ATTR = "tilex.layout_map"
+#: T.Parallel loop annotation, its encoded thread Fragment: transform.layout_inference writes,
+#: transform.lower_tile_ops reads.
+LOOP_LAYOUT_ATTR = "tilex.loop_layout"
+
+# ---- pipelines and warp specialization ---------------------------------------------------------------------------
+#: AttrStmt around a pipelined wgmma gemm (value 1: cp.async pipeline, 2: warp-specialized consumer):
+#: transform.pipeline writes, transform.lower_tile_ops reads (LowerContext.async_mma for op.gemm_wgmma).
+ASYNC_MMA_SCOPE = "tilex.async_mma"
+#: AttrStmt around the mbarrier initialization, hoisted before the role split: transform.hopper.ws_loops writes,
+#: transform.hopper.warp_specialize reads.
+WS_INIT = "tilex.ws_init"
+#: AttrStmt around the producer loop, value = number of consumer threads: transform.hopper.ws_loops writes,
+#: transform.hopper.warp_specialize reads.
+WS_PRODUCER = "tilex.ws_producer"
+#: AttrStmts around each role's pipeline loop (node: a var; value: its default): the base of the stage/phase
+#: counter (value: trip count), the loop's first iteration (value: min) and end (value: min + extent).
+#: transform.hopper.ws_loops writes, transform.hopper.persistent binds and removes them.
+WS_PIPELINE_BASE = "tilex.ws_pipeline_base"
+WS_PIPELINE_LO = "tilex.ws_pipeline_lo"
+WS_PIPELINE_HI = "tilex.ws_pipeline_hi"
+#: AttrStmt around the consumer warpgroups' statements, value = their thread count: transform.hopper.warp_specialize
+#: writes; transform.hopper.roles (NamedBarriers) and transform.hopper.persistent read.
+WS_CONSUMER = "tilex.ws_consumer"
+#: AttrStmt holding the producer branch while the role split is unfolded (node: the split condition):
+#: transform.hopper.roles writes (UnfoldRoles) and reads (NamedBarriers).
+WS_PRODUCER_SIDE = "tilex.ws_producer_side"
+
+_REGISTERED_INTRINSICS: set[str] = set()
+
+
+def register_intrinsic(name, printer_name=None):
+    """Create (once) an opaque TVM op called `name` (e.g. ``tilex.copy``)."""
+    if name in _REGISTERED_INTRINSICS:
+        return
+    try:
+        op_exists = Op.get(name).has_attr("TCallEffectKind")
+    except Exception:  # noqa: BLE001 - op not known yet
+        op_exists = False
+    if not op_exists:
+        tvm.ir.register_op_attr(name, "TCallEffectKind", CallEffectKind.Opaque.value, level=10)
+        tvm.ir.register_op_attr(name, "TScriptPrinterName", printer_name or name.replace(".", "_"), level=10)
+    _REGISTERED_INTRINSICS.add(name)
+
+
+for _marker in (PARALLEL_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP):
+    register_intrinsic(_marker)

@@ -1,0 +1,107 @@
+"""GEMM tile programs: the pipelined tensor-core GEMM (`matmul`), split-K with atomics (`matmul_splitk`) and
+swap-AB for skinny A (`matmul_swap_ab`). Used by examples/quickstart.py, examples/autotune_gemm.py,
+benchmarks/bench_gemm.py and the tests."""
+import tilex.language as T
+
+
+def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="float16", accum="float32",
+           trans_a=False, trans_b=False, swizzle=0, stage_c=False, c_block=0):
+    """C = A @ B (A^T / B^T when trans_a / trans_b: A is then (K, M), B is (N, K)); `swizzle` > 0 rasterizes
+    blocks in panels of that many rows for L2 reuse (T.use_swizzle); `stage_c` writes C through a shared tile
+    (one TMA store per tile on sm90); `c_block` > 0 (with `stage_c`) stages it in column blocks of that width
+    through a smaller shared tile, leaving shared memory for another pipeline stage."""
+    cb = c_block if stage_c and 0 < c_block < bn else bn
+    a_shape = (K, M) if trans_a else (M, K)
+    b_shape = (N, K) if trans_b else (K, N)
+    as_shape = (bk, bm) if trans_a else (bm, bk)
+    bs_shape = (bn, bk) if trans_b else (bk, bn)
+
+    @T.prim_func
+    def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if swizzle > 0:
+                T.use_swizzle(swizzle)
+            A_s = T.alloc_shared(as_shape, dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_l = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
+                if trans_a:
+                    T.copy(A[k * bk, by * bm], A_s)
+                else:
+                    T.copy(A[by * bm, k * bk], A_s)
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l, transpose_A=trans_a, transpose_B=trans_b)
+            if stage_c and cb < bn:
+                C_s = T.alloc_shared((bm, cb), dtype)
+                for j in T.unroll(bn // cb):
+                    T.copy(C_l[0:bm, j * cb:(j + 1) * cb], C_s)
+                    T.copy(C_s, C[by * bm, bx * bn + j * cb])
+            elif stage_c:
+                C_s = T.alloc_shared((bm, bn), dtype)
+                T.copy(C_l, C_s)
+                T.copy(C_s, C[by * bm, bx * bn])
+            else:
+                T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
+
+
+def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, split_k=4, dtype="float16",
+                  accum="float32"):
+    """C += A @ B with K cut into `split_k` slices (grid z), each block adding its partial tile into C with
+    T.atomic_add; C must hold zeros on entry. For skinny problems (small M x N, long K), where one block per
+    output tile leaves multiprocessors idle."""
+    k_per_split = -(-(-(-K // split_k)) // bk) * bk  # whole bk tiles per slice; tiles past K read zeros
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), split_k, threads=threads) as (bx, by, bz):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_l = T.alloc_fragment((bm, bn), accum)
+            T.clear(C_l)
+            for k in T.Pipelined(k_per_split // bk, num_stages=num_stages):
+                T.copy(A[by * bm, bz * k_per_split + k * bk], A_s)
+                T.copy(B[bz * k_per_split + k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.atomic_add(C[by * bm, bx * bn], C_l)
+
+    return main
+
+
+def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dtype="float16", accum="float32",
+                   stage_c=False, m_major=False):
+    """C = A @ B for skinny A (M well below 64 rows): each block computes the transposed tile C^T = B^T A^T, so
+    the wide dimension N fills the 64-row side of the tensor-core instruction and the few rows of A become its
+    narrow N side (16 or 32) instead of padding A's tile to 64 rows. `m_major` puts the row blocks of A on the
+    grid's x axis (clusters along x then share one tile of B)."""
+    grid = (T.ceildiv(M, bm), T.ceildiv(N, bn)) if m_major else (T.ceildiv(N, bn), T.ceildiv(M, bm))
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(grid[0], grid[1], threads=threads) as (b0, b1):
+            bx = b1 if m_major else b0
+            by = b0 if m_major else b1
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            Ct_l = T.alloc_fragment((bn, bm), accum)
+            T.clear(Ct_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(B_s, A_s, Ct_l, transpose_A=True, transpose_B=True)  # (B_s)^T @ (A_s)^T
+            if stage_c:
+                C_s = T.alloc_shared((bm, bn), dtype)
+                for j, i in T.Parallel(bn, bm):
+                    C_s[i, j] = Ct_l[j, i]
+                T.copy(C_s, C[by * bm, bx * bn])
+            else:
+                for j, i in T.Parallel(bn, bm):
+                    if by * bm + i < M and bx * bn + j < N:
+                        C[by * bm + i, bx * bn + j] = Ct_l[j, i]
+
+    return main

@@ -1,0 +1,50 @@
+"""BulkStoreWaits (among TVM's passes, after NamedBarriers): TMA stores' shared-memory reads finish before barriers.
+
+Consumes: per-thread TIR with ``tma_store_2d`` calls (issued by thread 0, see op/copy.py's TMA store).
+Produces: before every block / named / cluster barrier and at the end of the kernel, thread 0 waits until its bulk
+stores have read their shared-memory tiles (``bulk_wait_read<0>``).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from tilex.ir import intrin
+from tilex.ir.visit import is_sync, map_nodes, walk
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.BulkStoreWaits")
+def BulkStoreWaits(func, mod, ctx):  # noqa: N802
+    """Kernels with TMA stores (issued by thread 0): before every block/named/cluster barrier and at the end of
+    the kernel, thread 0 waits until its bulk stores have read their shared-memory tiles. A barrier ordering a
+    later write of such a tile after the store therefore also orders it after the read, without the store
+    itself waiting (in a persistent kernel the wait lands a whole mainloop later, when it costs nothing)."""
+    found = []
+    walk(func.body, (tvm.ir.Call, lambda c: found.append(c) if intrin.is_call(c, intrin.TMA_STORE_2D) else None))
+    if not found:
+        return func
+    thread = []
+    walk(func.body, (tirx.AttrStmt, lambda a: thread.append(a.node.var) if a.attr_key == "thread_extent"
+                     and a.node.thread_tag == "threadIdx.x" else None))
+    if not thread:
+        return func
+    t = thread[0]
+
+    def wait():
+        return tirx.IfThenElse(t == 0, intrin.bulk_wait_read(0), None)
+
+    def on_eval(ev):
+        return tirx.SeqStmt([wait(), ev]) if is_sync(ev) or _is_barrier_call(ev) else ev
+
+    body = map_nodes(func.body, (tirx.Evaluate, on_eval))
+
+    def on_attr(a):
+        if a.attr_key == "thread_extent" and a.node.thread_tag == "threadIdx.x":
+            return tirx.AttrStmt(a.node, a.attr_key, a.value, tirx.SeqStmt([a.body, wait()]))
+        return a
+
+    return func.with_body(map_nodes(body, (tirx.AttrStmt, on_attr)))
+
+
+def _is_barrier_call(stmt):
+    return any(intrin.is_call(stmt, name) for name in intrin.BARRIERS)

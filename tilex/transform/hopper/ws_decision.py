@@ -1,0 +1,86 @@
+"""Whether a pipelined loop is warp-specialized: decided once, before InjectSoftwarePipeline builds any loop.
+
+A top-level ``T.Pipelined`` loop with a derived schedule is built as a TMA producer warpgroup + wgmma consumer
+warpgroups (:mod:`.ws_loops`) when, on sm_90a: warp specialization and TMA are not disabled, the block is whole
+warpgroups with room for one more (threads % 128 == 0, threads + 128 <= 1024), a consumer is a wgmma gemm that
+may stay in flight, every producer copy is TMA-able, and the producer can compute its copies' coordinates
+itself. The producer runs none of the consumers' statements: a coordinate may read a local variable only if it is
+a scalar bound once at the top of the kernel (``bx = b1``, whose value the producer is given; see
+:func:`kernel_scalars`). Otherwise the loop stays on the cp.async pipeline, where every thread copies.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from tilex import config
+from tilex.ir.names import REGION_OP
+from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, seq_items, walk
+from tilex.op.region import WRITE
+from tilex.op.tma_load import tma_eligible
+
+LOCAL_SCOPES = ("local", "local.fragment")
+
+
+def warp_specializable(ctx, loop, plan) -> bool:
+    """Whether `loop` (with its derived `plan`, in the kernel of pipelining context `ctx`) is warp-specialized."""
+    if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
+        return False
+    if ctx.threads is None or loop not in ctx.top_level or not ctx.async_consumer(plan.consumers):
+        return False
+    if ctx.threads % 128 or ctx.threads + 128 > 1024:
+        return False
+    if not all(tma_eligible(op.src, op.dst) for _, op in plan.producers):
+        return False
+    return not consumer_locals_read_by_producer(ctx.root, loop, plan)
+
+
+def kernel_items(root):
+    """The statements directly inside the kernel's launch scope."""
+    node = root
+    while isinstance(node, tirx.AttrStmt):
+        node = node.body
+    return seq_items(node)
+
+
+def kernel_scalars(kernel_body, items):
+    """{one-element local buffer: its value} for the scalars bound once among `items` (the kernel's top-level
+    statements, in order; ``bx = b1`` becomes such a store): a value written by no other statement of
+    `kernel_body`, with earlier scalars substituted into later ones."""
+    stores = {}
+
+    def count(buf):
+        stores[buf] = stores.get(buf, 0) + 1
+
+    def on_call(c):
+        if is_op_call(c, REGION_OP) and int(c.args[1].value) & WRITE:
+            count(c.args[0].source)  # a tile operator writing it
+
+    walk(kernel_body, [(tirx.BufferStore, lambda n: count(n.buffer)), (tvm.ir.Call, on_call)])
+    scalars = {}
+    for s in items:
+        if (isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and stores[s.buffer] == 1
+                and all(hasattr(d, "value") and int(d.value) == 1 for d in s.buffer.shape)):
+            scalars[s.buffer] = resolve_scalars(s.value, scalars)
+    return scalars
+
+
+def resolve_scalars(node, scalars):
+    """`node` with loads of the buffers in `scalars` replaced by their values."""
+    if not scalars:
+        return node
+    return map_nodes(node, (BufferLoadNode, lambda n: scalars.get(n.source, n)))
+
+
+def consumer_locals_read_by_producer(root, loop, plan) -> list[str]:
+    """Names of the local variables the producer's copies (coordinates, loop bounds) would read once the kernel's
+    scalars are substituted: values only the consumer warpgroups compute."""
+    scalars = kernel_scalars(root, kernel_items(root))
+    exprs = [loop.min, loop.extent]
+    for _, op in plan.producers:
+        exprs += [*op.src.mins, *op.src.extents, *op.dst.mins]
+    read = set()
+    for e in exprs:
+        walk(resolve_scalars(e, scalars), (BufferLoadNode, lambda n: read.add(n.source)))
+    return sorted({b.name for b in read if b.scope() in LOCAL_SCOPES})
+

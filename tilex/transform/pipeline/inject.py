@@ -1,0 +1,102 @@
+"""InjectSoftwarePipeline: software-pipeline ``T.Pipelined`` loops (multi-buffered shared tiles, overlapped loads).
+
+Consumes: tile-level IR (before layout inference). A loop annotated ``tilex.num_stages = S`` may carry an explicit
+schedule, ``tilex.pipeline_stage`` / ``tilex.pipeline_order``: for each top-level statement i of the loop body the
+stage it runs in (statement i of iteration k runs in slot k + stage[i]) and its position in the steady-state body.
+Produces: tile-level IR in which each such loop is rewritten (its pipeline annotations dropped) by the schedule
+:func:`~tilex.transform.pipeline.schedule.schedule` picks for it:
+
+* a derived plan on sm_90a that :func:`~tilex.transform.hopper.ws_decision.warp_specializable` accepts: producer and
+  consumer loops for WarpSpecialize (:mod:`tilex.transform.hopper.ws_loops`);
+* any other derived plan: the cp.async pipeline (:mod:`.cp_async`);
+* an explicit schedule: :mod:`.explicit`;
+* none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
+
+The pipelined shared buffers are allocated once with the most stages any loop wants. If one of them is also used
+outside its pipelined loop, the kernel keeps its original, serial loops.
+"""
+from __future__ import annotations
+
+import warnings
+
+from tvm import tirx
+
+from tilex.ir.names import NUM_STAGES
+from tilex.ir.visit import buffers_used, map_nodes, mutate, seq_items, walk
+from tilex.transform.hopper import ws_loops
+from tilex.transform.hopper.ws_decision import warp_specializable
+from tilex.transform.kernel_scope import kernel_info
+from tilex.transform.pipeline import cp_async, explicit
+from tilex.transform.pipeline.analysis import strip_annotations
+from tilex.transform.pipeline.context import PipelineContext
+from tilex.transform.pipeline.schedule import DerivedPlan, schedule
+
+
+def inject_pipeline(func, target=None):
+    info = kernel_info(func)
+    allocs = {}
+
+    def on_alloc(n):
+        allocs[n.buffer] = n
+
+    walk(func.body, (tirx.AllocBuffer, on_alloc))
+    ctx = PipelineContext(allocs, info.threads if info is not None else None, target,
+                          info.thread_var if info is not None else None, _top_level_loops(func.body), func.body)
+    explicit_loops = []
+
+    def size(node):
+        # every loop's schedule first: a buffer two loops multi-buffer is allocated with the larger count
+        if NUM_STAGES in node.annotations:
+            sched = schedule(ctx, node)
+            for b, v in (sched.buffer_versions() if sched is not None else {}).items():
+                ctx.depth[b] = max(v, ctx.depth.get(b, 0))
+
+    walk(func.body, (tirx.For, size))
+
+    def on_for(node, m):
+        body = m.mutate(node.body)
+        if not body.same_as(node.body):
+            node = tirx.For(node.loop_var, node.min, node.extent, node.kind, body, node.thread_binding,
+                            node.annotations)
+        if NUM_STAGES not in node.annotations:
+            return node
+        sched = schedule(ctx, node)
+        if sched is None:
+            return strip_annotations(node)
+        if not isinstance(sched, DerivedPlan):
+            explicit_loops.append(node)
+            return explicit.rewrite(ctx, node, sched)
+        if warp_specializable(ctx, node, sched):
+            return ws_loops.rewrite(ctx, node, sched)
+        return cp_async.rewrite(ctx, node, sched)
+
+    body = mutate(func.body, (tirx.For, on_for))
+    if not ctx.multi:
+        return func.with_body(body) if not body.same_as(func.body) else func
+    # a multi-buffered buffer must not be used anywhere else in its old form
+    leftover = buffers_used(body) & set(ctx.multi)
+    if leftover:
+        # used outside its pipelined loop: keep the original program (serial, correct)
+        if explicit_loops:
+            warnings.warn(f"T.Pipelined: shared buffer(s) {', '.join(sorted(b.name for b in leftover))} are used "
+                          f"outside their pipelined loop and cannot be multi-buffered; the loops run unpipelined",
+                          stacklevel=2)
+        body = mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
+        return func.with_body(body)
+    body = map_nodes(body, (tirx.AllocBuffer, lambda n: tirx.AllocBuffer(ctx.multi[n.buffer])
+                                                  if n.buffer in ctx.multi else n))
+    return func.with_body(body)
+
+
+def _top_level_loops(body):
+    """For loops that are direct children of the innermost launch scope's statement list."""
+    node = body
+    while isinstance(node, tirx.AttrStmt):
+        node = node.body
+    return [s for s in seq_items(node) if isinstance(s, tirx.For)]
+
+
+def _strip_all(node, m):
+    body = m.mutate(node.body)
+    node = tirx.For(node.loop_var, node.min, node.extent, node.kind, body, node.thread_binding, node.annotations)
+    return strip_annotations(node) if NUM_STAGES in node.annotations else node
