@@ -10,13 +10,13 @@ from tilex.engine import nvcc
 import tilex.language as T
 
 
-def _negate(rows=None):
-    """B = -A on (rows, 8) float32, rows symbolic when None: a small hand-scheduled kernel to push through nvcc."""
+def _negate():
+    """B = -A on (m, 8) float32 for a symbolic m: a small hand-scheduled kernel to push through nvcc."""
 
     @T.prim_func
     def negate_k(a: T.handle, b: T.handle):
         T.func_attr({"global_symbol": "negate_k", "tirx.is_scheduled": True})
-        m = T.int32() if rows is None else rows
+        m = T.int32()
         A = T.match_buffer(a, (m, 8), "float32")
         B = T.match_buffer(b, (m, 8), "float32")
         bx = T.launch_thread("blockIdx.x", T.ceildiv(m, 16))
@@ -97,7 +97,7 @@ def test_postproc_adds_common_include(monkeypatch, tmp_path):
     # through TVM codegen: the generated source includes the header and nvcc finds it through -I
     tilex.jit.cache.disable()
     try:
-        k = tilex.compile(_negate(256), out_idx=-1, target="sm_90a")
+        k = tilex.compile(_negate(), target="sm_90a")
     finally:
         tilex.jit.cache.reset()
     src = k.get_kernel_source()
@@ -120,3 +120,27 @@ def test_generated_kernel_compiles(arch):
     src = k.get_kernel_source()
     assert "negate_k_kernel" in src
     assert nvcc.compile_cuda(src, arch)[:4] == b"\x7fELF"
+
+
+WS_KERNEL = ('extern "C" __global__ void __launch_bounds__(384) k(half* A) {\n'
+             "  tilex::min_blocks_per_sm<2>();\n  tilex::cluster_dims<2>();\n  tilex::reg_alloc<232>();\n}\n")
+
+
+def test_launch_markers_become_launch_bounds():
+    out = nvcc.cap_registers_for_setmaxnreg(WS_KERNEL)
+    assert "__cluster_dims__(2, 1, 1) __launch_bounds__(384, 2) k(" in out
+    plain = WS_KERNEL.replace("  tilex::cluster_dims<2>();\n", "").replace("tilex::min_blocks_per_sm<2>", "f")
+    assert "__launch_bounds__(384, 1)" in nvcc.cap_registers_for_setmaxnreg(plain)
+    no_ws = "__global__ void __launch_bounds__(128) k() {}"
+    assert nvcc.cap_registers_for_setmaxnreg(no_ws) == no_ws
+
+
+def test_postprocessing_fails_loudly_when_tvm_text_changes():
+    """The edits of TVM's CUDA text name what they did not find instead of silently leaving the kernel without
+    its launch bounds or its 1 KB shared-memory alignment."""
+    with pytest.raises(tilex.TilexCompileError, match="__launch_bounds__"):
+        nvcc.cap_registers_for_setmaxnreg(WS_KERNEL.replace("__launch_bounds__(384) ", ""))
+    tvm_style = "extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];"
+    assert "__align__(1024)" in nvcc.align_dynamic_shared(tvm_style)
+    with pytest.raises(tilex.TilexCompileError, match="dynamic shared memory"):
+        nvcc.align_dynamic_shared("extern __shared__ __align__(16) uchar buf_dyn_shmem_ptr[];")

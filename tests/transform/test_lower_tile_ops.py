@@ -67,3 +67,26 @@ def test_two_gemm_iterations_match_torch(path):
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     c = kernel(a, b)
     torch.testing.assert_close(c.float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5, atol=1e-2, rtol=1e-2)
+
+
+def test_unregistered_tile_op_is_an_error():
+    """A tilex op that no operator module registered would reach the CUDA code generator as an unknown call:
+    LowerTileOps names it instead."""
+    import tvm
+    from tvm import tirx
+
+    from tilex.engine import lower_to_tir
+    from tilex.ir.names import register_intrinsic
+
+    register_intrinsic("tilex.not_an_operator")
+
+    @T.prim_func
+    def main(A: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((128,), "float32")
+            T.evaluate(tirx.call_intrin("handle", "tilex.not_an_operator", A_s.data))
+            T.copy(A_s, A[bx * 128])
+
+    sm90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+    with pytest.raises(tilex.op.base.TileOpError, match="tilex.not_an_operator.*not a registered tile operator"):
+        lower_to_tir(main, sm90)

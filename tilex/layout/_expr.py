@@ -19,7 +19,7 @@ from tvm.ir.prim import expr as _E
 from tilex.ir import visit
 
 INDEX_DTYPE = "int32"
-_PrimExpr = tvm.ir.expr.Expr  # PrimExpr base class in 0.27 (tvm.ir.PrimExpr is gone)
+PrimExpr = tvm.ir.expr.Expr  # PrimExpr base class in 0.27 (tvm.ir.PrimExpr is gone)
 
 # Domains up to this many points are enumerated exactly when the analyzer bound is useless.
 MAX_ENUMERATE = 1 << 22
@@ -46,25 +46,25 @@ def rep_var() -> tirx.Var:
     return _REP_VAR
 
 
-def to_expr(x) -> _PrimExpr:
+def to_expr(x) -> PrimExpr:
     """Python int / bool / numpy int -> int32 IntImm; PrimExpr passes through."""
     if isinstance(x, (bool, np.bool_)):
         x = int(x)
     if isinstance(x, (int, np.integer)):
         return tirx.const(int(x), INDEX_DTYPE)
-    if isinstance(x, _PrimExpr):
+    if isinstance(x, PrimExpr):
         return x
     raise TypeError(f"expected an int or PrimExpr index, got {type(x).__name__}: {x!r}")
 
 
-def as_expr_list(x) -> List[_PrimExpr]:
+def as_expr_list(x) -> List[PrimExpr]:
     """A PrimExpr / int or a sequence of them -> list of PrimExpr."""
-    if isinstance(x, (_PrimExpr, int, np.integer)):
+    if isinstance(x, (PrimExpr, int, np.integer)):
         return [to_expr(x)]
     return [to_expr(e) for e in x]
 
 
-def substitute(expr, vmap: Mapping) -> _PrimExpr:
+def substitute(expr, vmap: Mapping) -> PrimExpr:
     """Simultaneously replace vars in ``expr`` (``vmap``: Var -> PrimExpr/int; ints become index constants)."""
     return visit.substitute(to_expr(expr), {v: to_expr(e) for v, e in vmap.items()})
 
@@ -77,7 +77,7 @@ def make_analyzer(vars_: Sequence[tirx.Var], extents: Sequence[int], analyzer=No
     return ana
 
 
-def simplify(expr, analyzer=None) -> _PrimExpr:
+def simplify(expr, analyzer=None) -> PrimExpr:
     ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
     return ana.simplify(to_expr(expr))
 
@@ -210,7 +210,7 @@ def extents_of(exprs: Sequence, vars_: Sequence[tirx.Var], shape: Sequence[int],
     return tuple(out)
 
 
-def row_major_offset(indices: Sequence, shape: Sequence[int]) -> _PrimExpr:
+def row_major_offset(indices: Sequence, shape: Sequence[int]) -> PrimExpr:
     """:func:`tilex.ir.visit.row_major_offset` of index expressions (ints allowed) in a static shape."""
     return visit.row_major_offset([to_expr(i) for i in indices], [int(s) for s in shape])
 
@@ -244,7 +244,7 @@ def exprs_equal(a: Sequence, b: Sequence, vars_: Sequence[tirx.Var], shape: Sequ
 
 
 def invert_affine(exprs: Sequence, vars_: Sequence[tirx.Var], extents: Sequence[int],
-                  out_vars: Sequence[tirx.Var], what: str) -> List[_PrimExpr]:
+                  out_vars: Sequence[tirx.Var], what: str) -> List[PrimExpr]:
     """Invert a bijective affine (div/mod) map ``vars_ -> exprs``; returns, per var, an expr over ``out_vars``."""
     from tvm.sym.iter_affine_map import IterMapLevel
 
@@ -267,6 +267,6 @@ def invert_affine(exprs: Sequence, vars_: Sequence[tirx.Var], extents: Sequence[
     return result
 
 
-def _is_fn(x) -> bool:
+def is_fn(x) -> bool:
     """A user callable (note: TVM Vars are callable objects too, so exclude expressions)."""
-    return callable(x) and not isinstance(x, _PrimExpr)
+    return callable(x) and not isinstance(x, PrimExpr)

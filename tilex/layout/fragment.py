@@ -23,12 +23,12 @@ from ._expr import (
     placeholders,
     rep_var,
     row_major_offset,
-    _is_fn,
-    _PrimExpr,
+    is_fn,
+    PrimExpr,
     substitute,
     to_expr,
 )
-from .layout import Layout, _norm_shape
+from .layout import Layout, norm_shape
 
 __all__ = ["Fragment"]
 
@@ -47,16 +47,16 @@ class Fragment:
     rep_var = rep_var()
 
     def __init__(self, shape, thread, index, replicate: int = 1):
-        self.input_shape = _norm_shape(shape)
+        self.input_shape = norm_shape(shape)
         self._replicate = int(replicate)
         if self._replicate < 1:
             raise LayoutError(f"replicate must be >= 1, got {replicate}")
         self.vars = placeholders(len(self.input_shape))
-        if _is_fn(thread):
+        if is_fn(thread):
             t = thread(*self.vars, self.rep_var) if self._replicate > 1 else thread(*self.vars)
         else:
             t = thread
-        idx = index(*self.vars) if _is_fn(index) else index
+        idx = index(*self.vars) if is_fn(index) else index
         ana = self._analyzer()
         self.forward_thread = ana.simplify(to_expr(t))
         self.forward_index = tuple(ana.simplify(e) for e in as_expr_list(idx))
@@ -95,7 +95,7 @@ class Fragment:
         return indices
 
     # ------------------------------------------------------------------ mapping
-    def map_thread(self, indices, rep=0, analyzer=None) -> _PrimExpr:
+    def map_thread(self, indices, rep=0, analyzer=None) -> PrimExpr:
         """Thread holding logical ``indices`` (replica ``rep``)."""
         vmap = dict(zip(self.vars, self._check_indices(indices)))
         vmap[self.rep_var] = to_expr(rep)
@@ -108,7 +108,7 @@ class Fragment:
         ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
         return [ana.simplify(substitute(e, vmap)) for e in self.forward_index]
 
-    def local_offset(self, indices, analyzer=None) -> _PrimExpr:
+    def local_offset(self, indices, analyzer=None) -> PrimExpr:
         """Row-major linearization of ``map_index(indices)`` over ``local_shape``."""
         ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
         return ana.simplify(row_major_offset(self.map_index(indices, ana), self.local_shape))
@@ -240,7 +240,7 @@ class Fragment:
     @staticmethod
     def fully_replicated(shape, threads: int) -> "Fragment":
         """Every thread holds the whole tile: thread = rep, local = row-major offset, replicate = threads."""
-        shape = _norm_shape(shape)
+        shape = norm_shape(shape)
         nv = placeholders(len(shape))
         return Fragment(shape, Fragment.rep_var if threads > 1 else to_expr(0),
                         [row_major_offset(nv, shape)], replicate=threads)

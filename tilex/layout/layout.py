@@ -22,15 +22,16 @@ from ._expr import (
     make_analyzer,
     placeholders,
     row_major_offset,
-    _is_fn,
-    _PrimExpr,
+    is_fn,
+    PrimExpr,
     substitute,
 )
 
 __all__ = ["Layout", "LayoutError"]
 
 
-def _norm_shape(shape) -> tuple:
+def norm_shape(shape) -> tuple:
+    """A shape as a tuple of positive ints (an int is a 1-d shape)."""
     if isinstance(shape, (int, np.integer)):
         shape = (shape,)
     out = tuple(int(s) for s in shape)
@@ -54,9 +55,9 @@ class Layout:
 
     def __init__(self, shape, forward, *, output_shape: Optional[Sequence[int]] = None,
                  inverse: Optional[Callable[[], "Layout"]] = None):
-        self.input_shape = _norm_shape(shape)
+        self.input_shape = norm_shape(shape)
         self.vars = placeholders(len(self.input_shape))
-        exprs = forward(*self.vars) if _is_fn(forward) else forward
+        exprs = forward(*self.vars) if is_fn(forward) else forward
         exprs = as_expr_list(exprs)
         if len(exprs) == 0:
             raise LayoutError("a layout needs at least one output expression")
@@ -64,7 +65,7 @@ class Layout:
         self.forward_index = tuple(ana.simplify(e) for e in exprs)
         if output_shape is not None:
             # Trusted (not re-derived): used for exact shapes the analyzer cannot bound, e.g. xor swizzles.
-            output_shape = _norm_shape(output_shape)
+            output_shape = norm_shape(output_shape)
             if len(output_shape) != len(self.forward_index):
                 raise LayoutError(f"output_shape {output_shape} has {len(output_shape)} dims, "
                                   f"but the layout has {len(self.forward_index)} outputs")
@@ -98,7 +99,7 @@ class Layout:
         ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
         return [ana.simplify(substitute(e, vmap)) for e in self.forward_index]
 
-    def offset(self, indices, analyzer=None) -> _PrimExpr:
+    def offset(self, indices, analyzer=None) -> PrimExpr:
         """Row-major linearization of ``map(indices)`` over ``output_shape``."""
         ana = analyzer if analyzer is not None else tvm.sym.Analyzer()
         if self._offset_expr is None:
@@ -149,7 +150,7 @@ class Layout:
 
     def expand(self, leading_shape) -> "Layout":
         """Prepend identity dims: ``(s, *x) -> (s, *self.map(x))`` (e.g. pipeline stages)."""
-        leading = _norm_shape(leading_shape)
+        leading = norm_shape(leading_shape)
         k = len(leading)
         if k == 0:
             return self
