@@ -1,0 +1,148 @@
+"""Stream-K for PersistentTiles (opt-in, ``tilex.stream_k``).
+
+Consumes: the consumer statements of a warp-specialized kernel that PersistentTiles makes persistent (one of them
+holds the pipeline loop, whose ``tilex.ws_pipeline_lo`` / ``_hi`` attributes let it run any segment ``[lo, hi)``
+of a unit's K iterations), and how the persistent grid shares its units among its workers (:class:`Workers`).
+Produces: a :class:`StreamKPlan` when the units (tiles, or tile groups of a cluster) do not divide evenly among
+the workers (blocks, or clusters); then, after the ``units // workers`` rounds of whole units, the loop over the
+segments of a worker's equal share of the remaining units' K iterations (:func:`segment_loop`). The worker
+holding a unit's first iteration owns it; the others leave fp32 partial accumulators in global memory and raise
+a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's
+global writes, while the shared-memory steps stay unconditional so the barriers between them do too. When it
+pays off: benchmarks/README.md.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+from tilex import config
+from tilex.ir import intrin
+from tilex.ir.shared_memory import buffer_bits
+from tilex.ir.visit import buffers_used, is_op_call, seq_items, walk
+
+
+@dataclass(frozen=True)
+class StreamKPlan:
+    """What the stream-K rewrite needs."""
+
+    n: int  # K iterations of one unit (the pipeline loop's static trip count)
+    acc: tirx.Buffer  # the fp32 accumulator the segments of a unit exchange
+    threads: int  # threads of the consumer region
+    thread: tirx.Var  # the thread index (``threadIdx.x``)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """How a persistent grid shares its units (tiles, or tile groups of a cluster) among its workers (blocks, or
+    clusters of ``size`` blocks)."""
+
+    grid: int  # blocks
+    pid: tirx.Var  # the block index (``blockIdx.x`` of the persistent grid)
+    size: int  # blocks per worker
+    rank: tvm.ir.Expr  # the block's rank in its worker
+    worker: tvm.ir.Expr  # the worker's index
+    units: int
+    workers: int
+
+    @property
+    def rounds(self):
+        """Units every worker runs whole (with stream-K, before its share of the rest)."""
+        return self.units // self.workers
+
+
+def _writes_global(stmt):
+    found = []
+
+    def on_store(n):
+        if n.buffer.scope() == "global":
+            found.append(n)
+
+    def on_eval(n):
+        if intrin.starts_with(n, intrin.GLOBAL_WRITE_PREFIXES):
+            found.append(n)
+
+    walk(stmt, [(tirx.BufferStore, on_store), (tirx.Evaluate, on_eval)])
+    return bool(found)
+
+
+def _only_if(stmt, cond):
+    """`stmt` guarded by `cond` when it writes global memory (the epilogue of a block that does not write the
+    tile still runs its shared-memory steps, so the barriers between them stay unconditional)."""
+    return tirx.IfThenElse(cond, stmt, None) if _writes_global(stmt) else stmt
+
+
+def _local_buffers(stmt):
+    return [b for b in buffers_used(stmt) if b.scope() == "local"]
+
+
+def _uses_buffer(stmt, buf):
+    """Whether `stmt` reads or writes `buf` (through loads, stores or its data pointer, as tensor-core calls do)."""
+    found = []
+    # (TVM 0.27 spells a buffer's data pointer as the call tirx.buffer_data(var))
+    data = buf.data
+    key = data.args[0] if isinstance(data, tvm.ir.Call) else data
+
+    def on_call(c):
+        if is_op_call(c, "tirx.buffer_data") and c.args[0].same_as(key):
+            found.append(c)
+
+    walk(stmt, (tvm.ir.Call, on_call))
+    return bool(found) or any(b.same_as(buf) for b in _local_buffers(stmt))
+
+
+def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, n):
+    """The :class:`StreamKPlan` for the consumer statements `consumer_items` (`loop_at`: the indices of those
+    holding the pipeline loop, of trip count `n`), or None when stream-K does not apply: off
+    (``tilex.stream_k``), units split evenly already, a trip count that is not static, or not exactly one fp32
+    accumulator (a local buffer the K loop and the statements after it both use)."""
+    if not config.get("stream_k", False) or units % workers == 0 or not hasattr(n, "value"):
+        return None
+    if len(loop_at) != 1:
+        return None
+    at = loop_at[0]
+    after = _local_buffers(tirx.SeqStmt(consumer_items[at + 1:])) if at + 1 < len(consumer_items) else []
+    acc = [b for b in after if _uses_buffer(consumer_items[at], b)]
+    if len(acc) != 1 or str(acc[0].dtype) != "float32" or (buffer_bits(acc[0]) // 32) % 4:
+        return None
+    return StreamKPlan(int(n.value), acc[0], threads, thread_var)
+
+
+def _fixup(plan, w, stmt, loop_at, t, lo, partial, wsk):
+    """After a partial unit's K loop (statement `loop_at` of `stmt`): exchange partial accumulators; only the
+    block holding the sum writes."""
+    items = seq_items(stmt)
+    acc = plan.acc
+    words = (buffer_bits(acc) + 31) // 32
+    last = tirx.Var("sk_last", "int32")
+    call = intrin.streamk_fixup(
+        words, plan.threads, w.grid, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))), plan.thread, t,
+        lo, w.pid, w.size, w.rank, w.workers, tirx.const(wsk, "int64"), plan.n)
+    bind = tirx.Bind(last, tirx.if_then_else(partial, call, tirx.const(1, "int32")))
+    post = [_only_if(x, last != 0) for x in items[loop_at + 1:]]
+    return tirx.SeqStmt(items[:loop_at + 1] + [bind] + post)
+
+
+def segment_loop(plan, w, stmt, name, place, loop_at=None):
+    """The loop over the segments of worker ``w.worker``'s share of the remaining units' iterations: the share
+    ``[start, end)`` of them crosses unit boundaries in segments ``[lo, hi)`` of unit ``t``.
+    ``place(stmt, unit, base, lo, hi)`` gives `stmt` (its pipeline loop) run on iterations ``[lo, hi)`` of `unit`
+    with pipeline counter ``k - lo + base``; with `loop_at` (the index of the statement of `stmt` holding the
+    pipeline loop) the partial accumulators are exchanged after it and only the unit's owner writes global
+    memory."""
+    n, wsk = plan.n, (w.units % w.workers) * plan.n
+    j = tirx.Var(name + "_sk", "int32")
+    start = tirx.floordiv(w.worker * wsk, w.workers)
+    end = tirx.floordiv((w.worker + 1) * wsk, w.workers)
+    t = tirx.floordiv(start, n) + j
+    lo = tirx.max(start - t * n, 0)
+    hi = tirx.min(end - t * n, n)
+    # the pipeline counter is k - lo + base: iterations this worker ran before the segment, plus k - lo
+    base = w.rounds * n + t * n + lo - start
+    if loop_at is not None:
+        stmt = _fixup(plan, w, stmt, loop_at, t, lo, tirx.Or(lo > 0, hi < n), wsk)
+    seg = place(stmt, w.rounds * w.workers + t, base, lo, hi)
+    segments = tirx.floordiv(end - 1, n) - tirx.floordiv(start, n) + 1
+    return tirx.For(j, 0, segments, tirx.ForKind.SERIAL, seg)
