@@ -213,22 +213,6 @@ def resolve_target(target: Any = "auto"):
     raise TypeError(f"tilex: unsupported target spec {target!r} (use 'auto', 'sm_90a', a dict or a Target)")
 
 
-_SMS_BY_ARCH = {"sm_90a": 132, "sm_90": 132, "sm_80": 108, "sm_86": 84, "sm_89": 128, "sm_100a": 148}
-
-
-def num_sms(arch: str) -> int:
-    """Multiprocessor count of the current GPU when its arch is `arch`, else that arch's flagship count."""
-    if cuda_available():
-        try:
-            import torch
-
-            if detect_arch() == arch:
-                return int(torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count)
-        except Exception:
-            pass
-    return _SMS_BY_ARCH.get(arch, 132)
-
-
 def target_arch(target) -> str:
     """The ``sm_XX`` arch of a cuda Target (falls back to detection / the default)."""
     try:

@@ -24,6 +24,11 @@ BAD_THREADS = dict(bm=128, bn=128, bk=64, num_stages=3, threads=96)
 HUGE = dict(bm=256, bn=256, bk=64, num_stages=4, threads=256)  # 4 * (256*64 + 64*256) * 2 = 262144 bytes
 
 
+def _subprocess_env():
+    """The environment for a Python subprocess that imports tune_kernels and tilex (and what this one imports)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, REPO, os.environ.get("PYTHONPATH", "")]))
+
+
 def _tuner(configs, **kw):
     kw.setdefault("progress", False)
     return at.AutoTuner.from_kernel(tune_kernels.matmul, configs, **kw).set_compile_args(out_idx=[2],
@@ -148,7 +153,7 @@ def test_cache_key_same_in_another_process():
             "t = at.AutoTuner(tune_kernels.matmul, [%r, %r], out_idx=[2], target='sm_90a')\n"
             "print(t.cache_key(512, 512, 512))\n") % (GOOD, SMALL)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, REPO])))
+                         env=_subprocess_env())
     assert out.stdout.strip().splitlines()[-1] == k0
 
 
@@ -201,11 +206,13 @@ def test_cache_hit_compiles_only_the_best(tmp_path, monkeypatch):
     assert acache.load(key) is None
     at.clear_cache()
     assert not os.path.exists(path)
+    monkeypatch.setattr(tuner_mod, "_cuda_available", lambda: False)  # a miss tunes, which needs a GPU
     with pytest.raises(at.AutotuneError, match="needs a CUDA GPU"):
         t.run(256, 256, 256)
 
 
-def test_cache_entry_for_another_list_is_not_used():
+def test_cache_entry_for_another_list_is_not_used(monkeypatch):
+    monkeypatch.setattr(tuner_mod, "_cuda_available", lambda: False)  # a miss tunes, which needs a GPU
     t = _tuner([GOOD, SMALL])
     acache.save(t.cache_key(256, 256, 256), {"best_index": 1, "results": []})
     assert _tuner([SMALL, GOOD]).cache_key(256, 256, 256) != t.cache_key(256, 256, 256)
@@ -249,7 +256,8 @@ def test_shared_memory_limits():
 # ------------------------------------------------------------------------------------------------
 # compile phase
 # ------------------------------------------------------------------------------------------------
-def test_compile_threads_records_reasons():
+def test_compile_threads_records_reasons(monkeypatch):
+    monkeypatch.setattr(tuner_mod, "_cuda_available", lambda: False)  # the limit of the target arch, not the GPU's
     t = _tuner([GOOD, BAD_THREADS, HUGE, SMALL], parallel="thread", max_workers=2)
     rep = t.compile(1024, 1024, 1024)
     assert rep.mode == "thread"
@@ -394,7 +402,7 @@ def test_unguarded_script_falls_back_to_threads(tmp_path):
         "    rep = t.compile(256, 256, 256)\n"
         "print('RESULT', rep.mode, [r.status for r in rep.results], any('__main__' in str(x.message) for x in w))\n")
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, REPO])))
+                         env=_subprocess_env())
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
     assert lines == ["RESULT thread ['compiled'] True"], out.stdout + out.stderr[-3000:]
 

@@ -4,7 +4,8 @@ import torch
 import tvm
 
 import tilex
-from tilex.jit.kernel import ArgChecker, normalize_out_idx, torch_to_tvm_dtype, tvm_to_torch_dtype
+from tilex.jit.args import ArgChecker, normalize_out_idx
+from tilex.jit.dtypes import torch_to_tvm_dtype, tvm_to_torch_dtype
 
 import jit_kernels
 
@@ -144,7 +145,6 @@ def test_jitkernel_cpu_machine_flow(monkeypatch):
     """Without a GPU: compile goes through tilex.engine.build (inside the target scope), yields CUDA source,
     writes nothing to the cache, and rejects CPU tensors."""
     from tilex import engine
-    from tilex.jit import kernel as kmod
 
     seen = {}
     real_build = engine.build

@@ -88,7 +88,8 @@ def test_current_stream():
 _SCRIPT = r"""
 import json, sys
 import tilex
-from tilex.jit import cache, nvcc
+from tilex.jit import cache
+from tilex.engine import nvcc
 import jit_kernels
 import torch
 k = tilex.compile(jit_kernels.vec_add(2048), out_idx=-1)

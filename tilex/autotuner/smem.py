@@ -14,9 +14,16 @@ from __future__ import annotations
 
 import logging
 
-__all__ = ["shared_memory_bytes", "shared_memory_usage", "device_shared_memory_limit", "arch_shared_memory_limit", "ARCH_SMEM_LIMITS"]
+import tvm
+from tvm import tirx
 
+from tilex import config, env
+from tilex.engine import lower_to_tir, pipeline
 from tilex.ir.hardware import ARCH_SMEM_LIMITS, arch_shared_memory_limit  # noqa: F401 (re-exported)
+from tilex.ir.shared_memory import shared_usage
+
+__all__ = ["shared_memory_bytes", "shared_memory_usage", "device_shared_memory_limit", "arch_shared_memory_limit",
+           "ARCH_SMEM_LIMITS"]
 
 logger = logging.getLogger("tilex.autotuner")
 
@@ -24,10 +31,6 @@ _MERGE_PASS = "MergeSharedMemoryAllocations"
 
 
 def _sum_shared(mod) -> dict:
-    from tvm import tirx
-
-    from tilex.ir.shared_memory import shared_usage
-
     usage = {"dynamic": 0, "static": 0}
     unknown = []
     for _gv, f in mod.functions.items():
@@ -50,20 +53,12 @@ def shared_memory_usage(func, target="auto", pass_configs=None, merged: bool = T
     (multi-buffered pipeline stages included). Raises what lowering raises (``TileOpError``,
     ``LayoutConflictError``, ...) for a program that does not build.
     """
-    import tvm
-
-    from tilex import config as _config
-    from tilex import env
-    from tilex.engine import lower_to_tir
-
     tgt = env.resolve_target(target)
     lowered = lower_to_tir(func, tgt, pass_configs)
     if not merged:
         return _sum_shared(lowered)
     try:
-        from tilex.engine import pipeline
-
-        _ours, theirs = _config.split(pass_configs)
+        _ours, theirs = config.split(pass_configs)
         with tvm.transform.PassContext(opt_level=3, config=theirs), tgt:
             passes = pipeline.tvm_passes(tvm.transform.PassContext.current().config)
             names = [str(p.info.name) for p in passes]

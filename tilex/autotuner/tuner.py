@@ -45,13 +45,13 @@ import json
 import logging
 import os
 import pickle
+import sys
 import threading
 import warnings
 from typing import Any
 
 import tvm
 
-import tilex
 from tilex import env
 from tilex.jit import cache as kcache
 from tilex.jit import compile as compile_kernel
@@ -102,6 +102,12 @@ def _expand_configs(configs) -> list:
 
 def _cuda_available() -> bool:
     return env.cuda_available()
+
+
+def _tilex_version() -> str:
+    """``tilex.__version__`` (part of the autotune cache key), read from the loaded package when it is needed:
+    the package face ``tilex`` sits above the autotuner and is not imported here."""
+    return sys.modules["tilex"].__version__
 
 
 def _device_name() -> str:
@@ -316,7 +322,7 @@ class AutoTuner:
             "target": str(job.target),
             "pass_configs": job.pass_configs or {},
             "device": _device_name(),
-            "tilex": tilex.__version__,
+            "tilex": _tilex_version(),
             "tvm": tvm.__version__,
         }
 

@@ -1,5 +1,5 @@
-"""tilex.jit: compiling tilex programs to callable kernels (disk cache, JITKernel; nvcc is driven by :mod:`tilex.engine.nvcc`), and the
-``@tilex.jit`` decorator.
+"""tilex.jit: compiling tilex programs to callable kernels (disk cache, JITKernel; nvcc is driven by
+:mod:`tilex.engine.nvcc`), and the ``@tilex.jit`` decorator.
 
 This package is callable: ``tilex.jit(...)`` is :func:`tilex.jit.decorator.jit`, so TileLang's spelling works::
 
@@ -18,7 +18,9 @@ import types
 from tilex.engine.nvcc import TilexCompileError, compile_cuda
 
 from . import cache
-from .kernel import ArgChecker, JITKernel, ParamSpec, compile, torch_to_tvm_dtype, tvm_to_torch_dtype
+from .args import ArgChecker, ParamSpec
+from .dtypes import torch_to_tvm_dtype, tvm_to_torch_dtype
+from .kernel import JITKernel, compile
 from .decorator import JitFactory, jit
 
 __all__ = ["cache", "JITKernel", "ArgChecker", "ParamSpec", "compile", "compile_cuda",

@@ -138,7 +138,7 @@ class JitFactory:
             return self.prim_func
         func = self.func(*args, **kwargs)
         if not isinstance(func, tvm.tirx.PrimFunc):
-            raise TypeError(f"tilex.jit: the kernel factory {self.__qualname__} returned {type(func).__name__}, "
+            raise TypeError(f"tilex.jit: the kernel factory {self._label()} returned {type(func).__name__}, "
                             "not a T.prim_func (tvm.tirx.PrimFunc)")
         return func
 
@@ -177,8 +177,9 @@ class JitFactory:
     # -- helpers
     def _no_arguments(self, args, kwargs):
         if args or kwargs:
-            raise TypeError(f"tilex.jit: {self.__qualname__} is a T.prim_func compiled by @tilex.jit; call it with "
-                            f"no arguments to get the kernel (kernel = {self.__qualname__}()), then call the kernel "
+            name = self._label()
+            raise TypeError(f"tilex.jit: {name} is a T.prim_func compiled by @tilex.jit; call it with no "
+                            f"arguments to get the kernel (kernel = {name}()), then call the kernel "
                             "with the tensors")
 
     def _key(self, args, kwargs):
@@ -195,17 +196,21 @@ class JitFactory:
         except TypeError:
             return None
 
+    def _label(self) -> str:
+        """The factory's name for messages (a ``functools.partial`` or callable object has none)."""
+        return getattr(self, "__qualname__", None) or getattr(self, "__name__", None) or repr(self.func)
+
     def _dump(self, func, kernel):
         """Write the kernel's CUDA source and the program's TVMScript under ``debug_root_path``."""
         os.makedirs(self.debug_root_path, exist_ok=True)
-        name = self.__name__
+        name = getattr(self, "__name__", None) or "jit_kernel"
         with open(os.path.join(self.debug_root_path, f"tilex_jit_kernel_{name}.cu"), "w") as f:
             f.write(kernel.get_kernel_source())
         with open(os.path.join(self.debug_root_path, f"tilex_jit_program_{name}.py"), "w") as f:
             f.write(func.script())
 
     def __repr__(self):
-        return f"<tilex.jit {self.__qualname__}>"
+        return f"<tilex.jit {self._label()}>"
 
 
 def jit(func: Callable | None = None, *, out_idx=None, target: Any = "auto", pass_configs: dict | None = None,

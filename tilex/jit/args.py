@@ -1,0 +1,275 @@
+"""What a compiled kernel's parameters are (ParamSpec) and the checks of a call's arguments (ArgChecker): count,
+type, dtype, shape, strides, device; symbolic dimensions bound consistently; outputs named by `out_idx`."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tilex.jit.dtypes import tvm_to_torch_dtype
+
+__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx"]
+
+class ParamSpec:
+    """What the PrimFunc declares for one parameter.
+
+    ``kind`` is ``"buffer"`` or ``"scalar"``. For buffers ``shape``/``strides`` hold, per dimension, an
+    ``int`` (static), ``("sym", slot, name)`` (a symbolic variable, bound on first use) or ``None``
+    (an expression that is not checked here; TVM's generated host code still checks it).
+    ``strides`` is ``None`` for a compact (contiguous) buffer.
+    """
+
+    __slots__ = ("index", "name", "kind", "dtype", "torch_dtype", "shape", "strides", "is_output", "var")
+
+    def __init__(self, index, name, kind, dtype, torch_dtype, shape, strides, is_output, var):
+        self.index = index
+        self.name = name
+        self.kind = kind
+        self.dtype = dtype
+        self.torch_dtype = torch_dtype
+        self.shape = shape
+        self.strides = strides
+        self.is_output = is_output
+        self.var = var
+
+    def __repr__(self):
+        def fmt(dims):
+            return "(" + ", ".join(d[2] if isinstance(d, tuple) else ("?" if d is None else str(d))
+                                   for d in dims) + ("," if len(dims) == 1 else "") + ")"
+        if self.kind == "scalar":
+            return f"ParamSpec({self.name}: {self.dtype})"
+        s = f"ParamSpec({self.name}: {self.dtype}{fmt(self.shape)}"
+        if self.strides is not None:
+            s += f", strides={fmt(self.strides)}"
+        return s + (", output)" if self.is_output else ")")
+
+
+def normalize_out_idx(out_idx, nparams: int) -> list[int]:
+    if out_idx is None:
+        return []
+    if isinstance(out_idx, int):
+        out_idx = [out_idx]
+    res = []
+    for i in out_idx:
+        if not isinstance(i, int) or isinstance(i, bool):
+            raise TypeError(f"tilex: out_idx entries must be ints, got {i!r}")
+        j = i + nparams if i < 0 else i
+        if not 0 <= j < nparams:
+            raise ValueError(f"tilex: out_idx {i} is out of range for a function with {nparams} parameters")
+        if j in res:
+            raise ValueError(f"tilex: out_idx lists parameter {j} twice")
+        res.append(j)
+    return res
+
+
+class ArgChecker:
+    """Checks call arguments against a PrimFunc's parameters and allocates its outputs.
+
+    Built once per kernel; :meth:`prepare` is the per-call fast path. It raises ``TypeError`` /
+    ``ValueError`` naming the parameter, e.g.
+    ``argument 'B' (index 1): expected dtype float16, got torch.float32``; the index is the position in
+    the caller's argument list (outputs excluded). Checks run in order: count, type, dtype, rank/shape,
+    strides/contiguity, device -- so dtype/shape errors are reported even for CPU tensors.
+    """
+
+    def __init__(self, func, out_idx=None):
+        from tvm import tirx
+
+        params = list(func.params)
+        self.func = func
+        self.out_idx = normalize_out_idx(out_idx, len(params))
+        self._slots: list[Any] = []  # symbolic Vars, by slot
+        self._slot_names: list[str] = []
+        specs: list[ParamSpec] = []
+        # scalar params first get slots, so that shapes using them bind to the same slot
+        for i, p in enumerate(params):
+            is_out = i in self.out_idx
+            if tirx.is_buffer_var(p):
+                dtype = str(p.dtype)
+                try:
+                    tdt = tvm_to_torch_dtype(dtype)
+                except TypeError:
+                    tdt = None
+                shape = tuple(self._dim(d) for d in p.shape)
+                strides = tuple(self._dim(d) for d in p.strides) if len(p.strides) else None
+                specs.append(ParamSpec(i, p.name, "buffer", dtype, tdt, shape, strides, is_out, p))
+            else:
+                if is_out:
+                    raise ValueError(f"tilex: out_idx {i} names scalar parameter '{p.name}'; "
+                                     "only buffers can be outputs")
+                dtype = str(p.ty.dtype) if hasattr(p.ty, "dtype") else "handle"
+                slot = self._slot_of(p)
+                specs.append(ParamSpec(i, p.name, "scalar", dtype, None, (("sym", slot, p.name),),
+                                       None, False, p))
+        self.params = specs
+        self.inputs = [s for s in specs if not s.is_output]
+        self.outputs = [specs[i] for i in self.out_idx]
+        self.nparams = len(specs)
+        self._known_before_outputs = set()
+        for s in self.inputs:
+            for d in s.shape + (s.strides or ()):
+                if isinstance(d, tuple):
+                    self._known_before_outputs.add(d[1])
+        for s in self.outputs:
+            if s.torch_dtype is None:
+                raise TypeError(f"tilex: output '{s.name}' has dtype {s.dtype}, which torch cannot allocate")
+            for d in s.shape:
+                if d is None or (isinstance(d, tuple) and d[1] not in self._known_before_outputs):
+                    name = "an expression" if d is None else f"'{d[2]}'"
+                    raise ValueError(f"tilex: cannot allocate output '{s.name}': its shape uses {name} "
+                                     "that no input determines; pass it as an input instead")
+        # precomputed fast-path tables
+        self._in_plan = [(s, pos) for pos, s in enumerate(self.inputs)]
+        self._buf_plan = [(s, pos) for s, pos in self._in_plan if s.kind == "buffer"]
+        self._static_shapes = [tuple(s.shape) if s.kind == "buffer" and all(d.__class__ is int for d in s.shape)
+                               else None for s in specs]
+        import torch
+
+        self._torch = torch
+        self._single_output = len(self.outputs) == 1
+
+    # -- construction helpers
+    def _slot_of(self, var) -> int:
+        for k, v in enumerate(self._slots):
+            if v.same_as(var):
+                return k
+        self._slots.append(var)
+        self._slot_names.append(var.name)
+        return len(self._slots) - 1
+
+    def _dim(self, d):
+        from tvm import tirx
+        import tvm
+
+        if isinstance(d, int):
+            return d
+        if isinstance(d, tvm.tirx.IntImm):
+            return int(d)
+        if isinstance(d, tirx.Var) and not tirx.is_buffer_var(d):
+            return ("sym", self._slot_of(d), d.name)
+        return None
+
+    # -- errors
+    @staticmethod
+    def _err(cls, s: ParamSpec, pos: int, msg: str):
+        return cls(f"argument '{s.name}' (index {pos}): {msg}")
+
+    # -- per call
+    def prepare(self, args: Sequence[Any]):
+        """Check ``args`` (the non-output parameters, in order) and allocate the outputs.
+
+        Returns ``(full_args, outputs)`` where ``full_args`` is the complete argument list for the
+        compiled function and ``outputs`` is ``None``, one tensor, or a tuple of tensors.
+        """
+        torch = self._torch
+
+        if len(args) != len(self.inputs):
+            names = ", ".join(s.name for s in self.inputs)
+            raise TypeError(f"tilex kernel '{self.func_name}' takes {len(self.inputs)} argument(s) ({names}), "
+                            f"got {len(args)}" + (f"; outputs {[s.name for s in self.outputs]} are allocated "
+                                                  "and returned" if self.outputs else ""))
+        bound: list = [None] * len(self._slots)
+        device = None
+        full: list = [None] * self.nparams
+        Tensor = torch.Tensor
+        for s, pos in self._in_plan:
+            a = args[pos]
+            if s.kind == "scalar":
+                self._check_scalar(s, pos, a, bound)
+                full[s.index] = a
+                continue
+            if not isinstance(a, Tensor):
+                raise self._err(TypeError, s, pos, f"expected a torch.Tensor, got {type(a).__name__}")
+            if a.dtype != s.torch_dtype:
+                raise self._err(TypeError, s, pos, f"expected dtype {s.dtype}, got {a.dtype}")
+            shp = a.shape
+            static = self._static_shapes[s.index]
+            if static is not None and shp == static:
+                pass  # fast path: fully static shape matches
+            elif len(shp) != len(s.shape):
+                raise self._err(ValueError, s, pos, f"expected a {len(s.shape)}-d tensor of shape "
+                                f"{self._fmt_shape(s.shape)}, got shape {tuple(shp)}")
+            else:
+                self._check_dims(s, pos, shp, bound)
+            if s.strides is None:
+                if not a.is_contiguous():
+                    raise self._err(ValueError, s, pos, f"expected a contiguous tensor, got strides {a.stride()} "
+                                    f"for shape {tuple(shp)} (call .contiguous())")
+            else:
+                st = a.stride()
+                for k, d in enumerate(s.strides):
+                    if shp[k] == 1:
+                        continue
+                    if d.__class__ is int:
+                        if st[k] != d:
+                            raise self._err(ValueError, s, pos, f"expected strides "
+                                            f"{self._fmt_shape(s.strides)}, got {st}")
+                    elif d is not None:
+                        self._bind(s, pos, d, st[k], bound, f"stride {k}")
+            full[s.index] = a
+        # devices last, so that dtype/shape errors are reported first (also for CPU tensors)
+        for s, pos in self._buf_plan:
+            dev = args[pos].device
+            if device is None:
+                if dev.type != "cuda":
+                    raise self._err(ValueError, s, pos, f"expected a CUDA tensor, got device {dev}")
+                device = dev
+            elif dev != device:
+                what = "a tensor" if dev.type == "cuda" else "a CUDA tensor"
+                raise self._err(ValueError, s, pos, f"expected {what} on {device} (like the previous "
+                                f"arguments), got device {dev}")
+        if not self.outputs:
+            return full, None
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        outs = []
+        for s in self.outputs:
+            shape = [d if d.__class__ is int else bound[d[1]] for d in s.shape]
+            t = torch.empty(shape, dtype=s.torch_dtype, device=device)
+            full[s.index] = t
+            outs.append(t)
+        return full, (outs[0] if self._single_output else tuple(outs))
+
+    def _check_dims(self, s, pos, shp, bound):
+        for k, d in enumerate(s.shape):
+            if d.__class__ is int:
+                if shp[k] != d:
+                    raise self._err(ValueError, s, pos, f"expected shape {self._fmt_shape(s.shape)}, "
+                                    f"got {tuple(shp)} (dimension {k}: expected {d}, got {shp[k]})")
+            elif d is not None:
+                self._bind(s, pos, d, shp[k], bound, f"dimension {k}")
+
+    def _bind(self, s, pos, d, value, bound, what):
+        slot = d[1]
+        prev = bound[slot]
+        if prev is None:
+            bound[slot] = value
+        elif prev != value:
+            raise self._err(ValueError, s, pos, f"{what} is '{d[2]}'={value}, but '{d[2]}' was already bound "
+                            f"to {prev} by an earlier argument")
+
+    def _check_scalar(self, s, pos, a, bound):
+        dt = s.dtype
+        if dt.startswith(("int", "uint")):
+            if isinstance(a, bool) or not isinstance(a, int):
+                raise self._err(TypeError, s, pos, f"expected a Python int for scalar {dt}, got {type(a).__name__}")
+        elif dt == "bool":
+            if not isinstance(a, (bool, int)):
+                raise self._err(TypeError, s, pos, f"expected a bool, got {type(a).__name__}")
+        elif dt.startswith(("float", "bfloat")):
+            if isinstance(a, bool) or not isinstance(a, (int, float)):
+                raise self._err(TypeError, s, pos, f"expected a Python float for scalar {dt}, "
+                                f"got {type(a).__name__}")
+        d = s.shape[0]
+        if isinstance(a, int) and not isinstance(a, bool):
+            self._bind(s, pos, d, a, bound, "value")
+
+    @staticmethod
+    def _fmt_shape(dims) -> str:
+        parts = [d[2] if isinstance(d, tuple) else ("?" if d is None else str(d)) for d in dims]
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+    @property
+    def func_name(self) -> str:
+        attrs = self.func.attrs
+        if attrs is not None and "global_symbol" in attrs:
+            return str(attrs["global_symbol"])
+        return "main"
