@@ -2,9 +2,6 @@
 import argparse
 import os
 
-import torch
-from triton.testing import do_bench
-
 import tilex
 from tilex.kernels.gemm import matmul, matmul_splitk, matmul_swap_ab
 
@@ -31,6 +28,8 @@ CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1:
 
 
 PASS_CONFIGS = {}
+ALL_SHAPES = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
+              "16x8192x8192"]  # --all (with fp16 and bf16)
 
 
 def program(M, N, K, dtype, cfg):
@@ -103,6 +102,9 @@ def parse_configs(text):
 
 
 def bench(M, N, K, dtype, configs):
+    import torch
+    from triton.testing import do_bench
+
     tdt = getattr(torch, dtype)
     a = torch.randn(M, K, device="cuda", dtype=tdt)
     b = torch.randn(K, N, device="cuda", dtype=tdt)
@@ -166,13 +168,14 @@ def main():
         key, value = item.split("=")
         PASS_CONFIGS[key] = int(value) if value.isdigit() else value
     configs = parse_configs(args.configs) if args.configs else CONFIGS
+    import torch
+
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
     shapes = args.shapes.split(",")
     dtypes = [args.dtype]
     if args.all:
-        shapes = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
-                  "16x8192x8192"]
+        shapes = ALL_SHAPES
         dtypes = ["float16", "bfloat16"]
     precompile([(*map(int, s.split("x")), dt, c, pass_configs(c)) for dt in dtypes for s in shapes for c in configs
                 if applies(int(s.split("x")[0]), dt, c)],

@@ -3,9 +3,6 @@
 Prints achieved bandwidth (bytes read + written / time), the device's measured copy bandwidth (torch copy of
 the same number of bytes), the fraction of it reached, and torch time / tilex time.
 """
-import torch
-from triton.testing import do_bench
-
 import tilex
 from tilex.kernels.norms import rmsnorm_kernel
 from tilex.kernels.softmax import softmax_kernel
@@ -15,6 +12,8 @@ CONFIGS = [dict(bm=1, threads=128), dict(bm=1, threads=256), dict(bm=1, threads=
 
 
 def best_of(make, args, check):
+    from triton.testing import do_bench
+
     best = None
     for cfg in CONFIGS:
         try:
@@ -30,6 +29,9 @@ def best_of(make, args, check):
 
 
 def main():
+    import torch
+    from triton.testing import do_bench
+
     print(f"device: {torch.cuda.get_device_name()}")
     rows = []
     for M, N in SHAPES:

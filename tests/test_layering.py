@@ -101,8 +101,7 @@ def test_no_wrong_way_imports():
         for target, _, _, line in _imports(module):
             dst = _layer(_owner(target))
             if dst is None:
-                if not (module == "tilex.jit.cache"):  # reads tilex.__version__ for cache keys
-                    wrong.append(f"{module}:{line} imports the package face tilex")
+                wrong.append(f"{module}:{line} imports the package face tilex")
                 continue
             if dst == src:
                 continue
@@ -161,14 +160,12 @@ def test_no_private_names_across_modules():
     for module in MODULES:
         for target, names, _, line in _imports(module):
             if _owner(target) != module:
-                bad += [f"{module}:{line} imports {n} from {target}" for n in names if n.startswith("_")
-                        and n != "__version__"]
+                bad += [f"{module}:{line} imports {n} from {target}" for n in names if n.startswith("_")]
     assert not bad, "\n".join(bad)
 
 
 def test_tilex_modules_imported_at_module_level():
-    lazy = [f"{m}:{line} imports {t} inside a function" for m in MODULES for t, _, top, line in _imports(m)
-            if not top and not (m == "tilex.jit.cache" and t == "tilex")]
+    lazy = [f"{m}:{line} imports {t} inside a function" for m in MODULES for t, _, top, line in _imports(m) if not top]
     assert not lazy, "\n".join(lazy)
 
 

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from typing import Any
 
@@ -131,15 +132,13 @@ def make_key(func, out_idx, target, pass_configs) -> str:
     """Cache key (hex sha256) of a compilation request."""
     import tvm
 
-    from .. import __version__
-
     payload = {
         "format": FORMAT_VERSION,
         "program": _script(func),
         "out_idx": _jsonable(out_idx),
         "target": str(target),
         "pass_configs": _jsonable(pass_configs or {}),
-        "tilex": __version__,
+        "tilex": sys.modules["tilex"].__version__,  # the loaded package's (the package face sits above jit)
         "tvm": tvm.__version__,
         "nvcc_flags": list(nvcc.BASE_FLAGS) + [os.environ.get("TILEX_NVCC_FLAGS", "")],
         "headers": _headers_digest(),
