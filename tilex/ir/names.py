@@ -17,11 +17,11 @@ NUM_STAGES = "tilex.num_stages"
 #: loop annotations of an explicit schedule (lists): language.loop writes, transform.pipeline reads.
 PIPELINE_ORDER = "tilex.pipeline_order"
 PIPELINE_STAGE = "tilex.pipeline_stage"
-#: op ``tilex.use_swizzle(panel, order)``: language.annotate writes; transform.thread_block_swizzle (and the
+#: op ``tilex.use_swizzle(panel, order)``: language.rasterize writes; transform.thread_block_swizzle (and the
 #: persistent grid, transform.hopper) read and consume it. `order` is an index into SWIZZLE_ORDERS.
 USE_SWIZZLE_OP = "tilex.use_swizzle"
 SWIZZLE_ORDERS = ("row", "column")
-#: op ``tilex.annotate_layout(buffer, ...)``: layout.codec builds it for language.layout_annotation;
+#: op ``tilex.annotate_layout(buffer, ...)``: layout.codec builds it for language.layouts;
 #: transform.layout_inference reads it.
 ANNOTATE_OP = "tilex.annotate_layout"
 #: op ``tilex.region(BufferLoad(buf, mins), access, *extents)``, the operand of every tile op: op.region writes and

@@ -1,9 +1,6 @@
-"""Annotations of tile programs: block rasterization (``T.use_swizzle``) and user-written layouts
-(``T.Layout``, ``T.Fragment``, ``T.make_swizzled_layout``).
-
-``T.use_swizzle`` only leaves a marker statement in the body; ``tilex.transform.thread_block_swizzle`` turns it
-into the remapping of the kernel's block indices. The layout constructors build ``tilex.layout`` objects from
-Python functions of the index placeholders.
+"""User-written layouts: ``T.Layout``, ``T.Fragment``, ``T.make_swizzled_layout`` build ``tilex.layout`` objects from
+Python functions of the index placeholders; ``T.annotate_layout({buffer: layout})`` pins them before layout
+inference (a ``tilex.annotate_layout`` call in the body, read by ``tilex.transform.layout_inference``).
 """
 from __future__ import annotations
 
@@ -11,43 +8,17 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.tirx.script.builder import ir as _ir
 
-from tilex.ir.names import SWIZZLE_ORDERS, USE_SWIZZLE_OP
 from tilex.layout import Fragment as _Fragment
 from tilex.layout import Layout as _Layout
 from tilex.layout import LayoutError
 from tilex.layout import make_swizzled_layout as _make_swizzled_layout
+from tilex.layout.codec import encode_call
+
+__all__ = ["Layout", "Fragment", "make_swizzled_layout", "annotate_layout"]
 
 
-def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
-    """Rasterize the 2-d grid of blocks in panels so that blocks running at the same time share tiles in L2.
-
-    Write it inside a ``T.Kernel`` body (usually as its first statement). ``blockIdx.x/y`` stay the hardware
-    indices; the kernel's block variables (``bx, by``) become a permutation of the grid:
-
-    * ``order="row"``: the grid is cut into panels of ``panel_size`` grid rows (``by`` values); blocks are
-      launched panel after panel, and inside a panel column by column (``by`` fastest), alternating the
-      column direction from one panel to the next;
-    * ``order="column"``: the same with the roles of x and y exchanged (panels of ``panel_size`` grid columns).
-
-    A last panel with fewer rows (columns) is traversed the same way, so every block index is produced exactly
-    once. ``enable=False`` leaves the kernel unchanged; on a 1-d grid the swizzle is the identity.
-    """
-    if not enable:
-        return None
-    if isinstance(panel_size, tirx.IntImm):
-        panel_size = int(panel_size.value)
-    if isinstance(panel_size, (bool, np.bool_)) or not isinstance(panel_size, (int, np.integer)):
-        raise TypeError(f"T.use_swizzle: panel_size must be an int, got {panel_size!r}")
-    panel = int(panel_size)
-    if panel < 1:
-        raise ValueError(f"T.use_swizzle: panel_size must be positive, got {panel}")
-    if order not in SWIZZLE_ORDERS:
-        raise ValueError(f"T.use_swizzle: order must be one of {SWIZZLE_ORDERS}, got {order!r}")
-    return tirx.call_intrin("void", USE_SWIZZLE_OP, panel, SWIZZLE_ORDERS.index(order))
-
-
-# ---------------------------------------------------------------------------------------------------- layouts
 def _shape(shape):
     if isinstance(shape, (int, np.integer)):
         return (int(shape),)
@@ -122,4 +93,19 @@ def make_swizzled_layout(buffer):
     return lay.expand(shape[:-2]) if len(shape) > 2 else lay
 
 
-__all__ = ["use_swizzle", "Layout", "Fragment", "make_swizzled_layout"]
+def annotate_layout(layout_map):
+    """Pin layouts: each entry takes part in inference at the strictest level (before gemm's own choices)."""
+    for buf, lay in dict(layout_map).items():
+        if not tirx.is_buffer_var(buf):
+            raise TypeError(f"T.annotate_layout: keys must be buffers, got {buf!r}")
+        if not isinstance(lay, (_Layout, _Fragment)):
+            raise TypeError(f"T.annotate_layout: the layout of '{buf.name}' must be a T.Layout or T.Fragment, "
+                            f"got {type(lay).__name__}")
+        shape = [int(s) for s in buf.shape]
+        if len(lay.input_shape) != len(shape) or any(a < b for a, b in zip(lay.input_shape, shape)):
+            raise ValueError(f"T.annotate_layout: layout over {list(lay.input_shape)} does not cover buffer "
+                             f"'{buf.name}' of shape {shape}")
+        if isinstance(lay, _Fragment) != (buf.scope() == "local.fragment"):
+            raise ValueError(f"T.annotate_layout: '{buf.name}' in scope {buf.scope()} needs a "
+                             f"{'T.Fragment' if buf.scope() == 'local.fragment' else 'T.Layout'}")
+        _ir.evaluate(encode_call(buf, lay))
