@@ -39,9 +39,13 @@ setup(
     install_requires=[
         "apache-tvm>=0.27,<0.28",
         "numpy",
-        "torch>=2.4",  # install torch first (CPU: torch==2.13.0; GPU machines: your CUDA build)
-        "pytest",
+        "torch>=2.4",  # install torch first (see README.md: a CPU wheel without a GPU, your CUDA build with one)
+        "tqdm",  # the autotuner's progress bars
     ],
-    extras_require={"tune": ["xgboost", "tqdm"]},
+    extras_require={
+        "test": ["pytest"],
+        "bench": ["triton"],  # benchmarks/ compare against Triton (examples/ need nothing beyond tilex)
+        "tune": ["xgboost"],  # the runtime tuner's cost model
+    },
     zip_safe=False,
 )

@@ -47,7 +47,7 @@ def main(M=4096, N=4096, K=4096):
     a = torch.randn(M, K, device="cuda", dtype=torch.float16)
     b = torch.randn(K, N, device="cuda", dtype=torch.float16) / K ** 0.5
     bias = torch.randn(N, device="cuda", dtype=torch.float16)
-    from triton.testing import do_bench
+    from tilex.autotuner import do_bench
 
     for act, k in kernels.items():
         torch.testing.assert_close(k(a, b, bias).float(), reference(a, b, bias, act), atol=2e-2, rtol=2e-2)

@@ -22,7 +22,7 @@ def main(M=4096, N=4096):
     ref_ln = torch.nn.functional.layer_norm(x.float(), (N,), w.float(), b.float(), eps=1e-5).half()
     torch.testing.assert_close(rms(x, w), ref_rms, atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(ln(x, w, b), ref_ln, atol=1e-2, rtol=1e-2)
-    from triton.testing import do_bench
+    from tilex.autotuner import do_bench
 
     for name, k, args, ref in [("rmsnorm", rms, (x, w), lambda: torch.nn.functional.rms_norm(x, (N,), w, eps=1e-6)),
                                ("layernorm", ln, (x, w, b),

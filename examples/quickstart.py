@@ -25,7 +25,7 @@ def main(M=4096, N=4096, K=4096):
     b = torch.randn(K, N, device="cuda", dtype=torch.float16)
     c = kernel(a, b)
     torch.testing.assert_close(c, a @ b, atol=1e-1, rtol=1e-2)
-    from triton.testing import do_bench
+    from tilex.autotuner import do_bench
 
     t_tilex = do_bench(lambda: kernel(a, b), warmup=25, rep=100)
     t_torch = do_bench(lambda: a @ b, warmup=25, rep=100)

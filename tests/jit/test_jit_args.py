@@ -53,6 +53,15 @@ def test_non_contiguous(add_checker):
         add_checker.prepare((a, torch.zeros(1024)))
 
 
+def test_misaligned_data_pointer(add_checker):
+    """A view that starts 4 bytes into its storage: TMA and 16-byte vector accesses would fault or misread."""
+    a = torch.zeros(1025)[1:]
+    assert a.is_contiguous() and a.data_ptr() % 16 == 4
+    with pytest.raises(ValueError, match=r"argument 'A' \(index 0\): data pointer 0x[0-9a-f]+ is not 16-byte "
+                                         r"aligned \(it is 4 bytes past a boundary\)"):
+        add_checker.prepare((a, torch.zeros(1024)))
+
+
 def test_cpu_tensor_device_error(add_checker):
     with pytest.raises(ValueError, match=r"argument 'A' \(index 0\): expected a CUDA tensor, got device cpu"):
         add_checker.prepare((torch.zeros(1024), torch.zeros(1024)))

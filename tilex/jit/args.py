@@ -6,7 +6,11 @@ from typing import Any, Sequence
 
 from tilex.jit.dtypes import tvm_to_torch_dtype
 
-__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx"]
+__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "DATA_ALIGNMENT"]
+
+#: Bytes every tensor argument's data pointer must be a multiple of: the widest access a tilex kernel makes
+#: (16-byte vector loads / stores, cp.async and TMA boxes all need it).
+DATA_ALIGNMENT = 16
 
 class ParamSpec:
     """What the PrimFunc declares for one parameter.
@@ -205,8 +209,15 @@ class ArgChecker:
                     elif d is not None:
                         self._bind(s, pos, d, st[k], bound, f"stride {k}")
             full[s.index] = a
-        # devices last, so that dtype/shape errors are reported first (also for CPU tensors)
+        # devices and alignment last, so that dtype/shape errors are reported first (also for CPU tensors)
         for s, pos in self._buf_plan:
+            ptr = args[pos].data_ptr()
+            if ptr % DATA_ALIGNMENT:
+                raise self._err(ValueError, s, pos, f"data pointer {ptr:#x} is not {DATA_ALIGNMENT}-byte aligned "
+                                f"(it is {ptr % DATA_ALIGNMENT} bytes past a boundary); tilex kernels read and "
+                                f"write with 16-byte vectors and TMA, which need aligned addresses: pass a tensor "
+                                f"that starts on a {DATA_ALIGNMENT}-byte boundary (a view at an offset is not; "
+                                f".clone() one)")
             dev = args[pos].device
             if device is None:
                 if dev.type != "cuda":

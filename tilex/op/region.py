@@ -13,6 +13,7 @@ from tvm.ir import Op
 
 from tilex.ir.names import REGION_OP
 from tilex.ir.visit import BufferLoadNode
+from tilex.op.base import TileOpError
 
 READ, WRITE, READ_WRITE = 1, 2, 3
 
@@ -62,7 +63,13 @@ class Region:
             else:
                 out.append(m + tile_indices[k])
                 k += 1
-        assert k == len(tile_indices), (k, tile_indices)
+        if k == 0 and len(tile_indices) == 1 and out:
+            # a one-element tile (every extent 1) is indexed like a 1-d tile of shape [1] (see `tile_shape`)
+            out[-1] = out[-1] + tile_indices[0]
+            k = 1
+        if k != len(tile_indices):
+            raise TileOpError(f"{self}: a tile with {k} non-unit dimension(s) indexed with {len(tile_indices)} "
+                              f"index(es) {list(tile_indices)}")
         return out
 
     def __repr__(self):
