@@ -15,7 +15,10 @@ __version__ = "0.1.0"
 
 from . import env  # noqa: E402
 from . import jit  # noqa: E402  (the package; calling it is the @tilex.jit decorator)
-from .jit import JITKernel, TilexCompileError, compile  # noqa: E402,A004
+from .jit import JITKernel, TilexCompileError, TilexPerformanceWarning, compile  # noqa: E402,A004
 from .autotuner import autotune, AutoTuner  # noqa: E402
+from .ir.source import TileScriptError  # noqa: E402
+from .op.base import LayoutConflictError, TileOpError  # noqa: E402
 
-__all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "env", "autotune", "AutoTuner"]
+__all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "TilexPerformanceWarning", "env",
+           "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError"]

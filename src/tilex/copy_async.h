@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "tilex/arch.h"
+
 namespace tilex {
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -18,6 +20,8 @@ __device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(smem_addr(smem)), "l"(gmem), "n"(N));
   }
+#elif defined(__CUDA_ARCH__)
+  static_assert(arch_unsupported<N>::value, "tilex::cp_async: cp.async needs sm_80+");
 #endif
 }
 
@@ -34,12 +38,16 @@ __device__ __forceinline__ void cp_async_zfill(void* smem, const void* gmem, boo
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(smem)), "l"(gmem), "n"(N),
                  "r"(src_bytes));
   }
+#elif defined(__CUDA_ARCH__)
+  static_assert(arch_unsupported<N>::value, "tilex::cp_async_zfill: cp.async needs sm_80+");
 #endif
 }
 
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::);
+#elif defined(__CUDA_ARCH__)
+  tilex_error_cp_async_requires_sm_80();
 #endif
 }
 
@@ -48,6 +56,8 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#elif defined(__CUDA_ARCH__)
+  static_assert(arch_unsupported<N>::value, "tilex::cp_async_wait: cp.async needs sm_80+");
 #endif
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 
+#include "tilex/arch.h"
 #include "tilex/copy_async.h"
 
 namespace tilex {
@@ -10,6 +11,8 @@ namespace tilex {
 __device__ __forceinline__ void mbar_init(void* bar, unsigned count) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
@@ -18,6 +21,8 @@ __device__ __forceinline__ void mbar_init_fence() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
@@ -25,12 +30,16 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(void* bar, unsigned bytes)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
                : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
 __device__ __forceinline__ void mbar_arrive(void* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
@@ -44,6 +53,8 @@ __device__ __forceinline__ void mbar_wait(void* bar, int parity) {
       "@!done bra.uni TILEX_WAIT;\n}\n" ::"r"(smem_addr(bar)),
       "r"(parity)
       : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
@@ -55,6 +66,8 @@ __device__ __forceinline__ void tma_load_2d(void* smem, uint64_t tensor_map, voi
           "r"(smem_addr(smem)),
       "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
       : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
@@ -68,6 +81,8 @@ __device__ __forceinline__ void tma_load_2d_multicast(void* smem, uint64_t tenso
       " [%0], [%1, {%3, %4}], [%2], %5;\n" ::"r"(smem_addr(smem)),
       "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(static_cast<uint16_t>(cta_mask))
       : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
@@ -77,6 +92,8 @@ __device__ __forceinline__ void mbar_arrive_cluster(void* bar, int cta) {
   uint32_t remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(smem_addr(bar)), "r"(cta));
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(remote) : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_clusters_require_sm_90();
 #endif
 }
 
@@ -84,6 +101,8 @@ __device__ __forceinline__ void mbar_arrive_cluster(void* bar, int cta) {
 __device__ __forceinline__ void cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_clusters_require_sm_90();
 #endif
 }
 
@@ -93,12 +112,16 @@ __device__ __forceinline__ void tma_store_2d(uint64_t tensor_map, void* smem, in
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tensor_map),
                "r"(smem_addr(smem)), "r"(c0), "r"(c1)
                : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
 __device__ __forceinline__ void bulk_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
 #endif
 }
 
@@ -107,6 +130,8 @@ template <int N>
 __device__ __forceinline__ void bulk_wait_read() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#elif defined(__CUDA_ARCH__)
+  static_assert(arch_unsupported<N>::value, "tilex::bulk_wait_read: TMA needs sm_90+");
 #endif
 }
 
@@ -116,8 +141,11 @@ __device__ __forceinline__ void cluster_dims() {}
 
 template <int N>
 __device__ __forceinline__ void reg_alloc() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(TILEX_HAS_SETMAXNREG)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(__CUDA_ARCH__)
+  static_assert(arch_unsupported<N>::value,
+                "tilex::reg_alloc: setmaxnreg needs an arch-specific target (sm_90a, sm_100a, sm_120a, ...)");
 #endif
 }
 
@@ -127,8 +155,11 @@ __device__ __forceinline__ void min_blocks_per_sm() {}
 
 template <int N>
 __device__ __forceinline__ void reg_dealloc() {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if defined(TILEX_HAS_SETMAXNREG)
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif defined(__CUDA_ARCH__)
+  static_assert(arch_unsupported<N>::value,
+                "tilex::reg_dealloc: setmaxnreg needs an arch-specific target (sm_90a, sm_100a, sm_120a, ...)");
 #endif
 }
 

@@ -14,8 +14,9 @@ or ``AutoTuner.from_kernel(factory, configs).set_compile_args(out_idx=...).set_p
 Modules: :mod:`~tilex.autotuner.tuner` (AutoTuner, the ``autotune`` decorator; how tuning works),
 :mod:`~tilex.autotuner.workers` (the compile phase in worker processes or threads), :mod:`~tilex.autotuner.results`
 (statuses, per-configuration results, tables), :mod:`~tilex.autotuner.inputs` (benchmark inputs, output checks),
-:mod:`~tilex.autotuner.bench` (:func:`do_bench`, L2 flushed), :mod:`~tilex.autotuner.smem` (shared memory per
-block), :mod:`~tilex.autotuner.cache` (``$TILEX_CACHE_DIR/autotune``; :func:`clear_cache`).
+:mod:`~tilex.autotuner.bench` (:func:`do_bench`, L2 flushed; the timing core is :mod:`tilex.jit.bench`),
+:mod:`~tilex.autotuner.smem` (shared memory per block), :mod:`~tilex.autotuner.cache`
+(``$TILEX_CACHE_DIR/autotune``; :func:`clear_cache`).
 
 ``tilex.autotuner.jit`` is the ``@tilex.jit`` decorator itself (:func:`tilex.jit.decorator.jit`), kept here for
 code written when it lived in this package.

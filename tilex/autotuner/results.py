@@ -18,7 +18,8 @@ __all__ = ["OK", "COMPILED", "BUILD_ERROR", "SMEM", "TIMEOUT", "WRONG", "RUNTIME
 
 # statuses
 OK = "ok"                          # checked (or check skipped) and timed
-COMPILED = "compiled"              # compile phase succeeded; not benchmarked yet
+COMPILED = "compiled"              # compile phase succeeded, nvcc included (on a machine without a GPU too); not
+#                                    benchmarked yet
 BUILD_ERROR = "build error"        # the factory, tilex's passes, TVM or nvcc failed
 SMEM = "shared memory"             # needs more shared memory than the device allows
 TIMEOUT = "timeout"                # compilation took longer than `timeout`
@@ -176,8 +177,9 @@ class TuneResult:
 
 
 class CompileReport:
-    """Output of the compile phase: ``results`` (one :class:`ConfigResult` per configuration; status
-    ``"compiled"`` with ``kernel`` set, or a failure), ``mode`` (``"process"`` or ``"thread"``) and why
+    """Output of the compile phase: ``results`` (one :class:`ConfigResult` per configuration; status ``"compiled"``
+    with ``kernel`` set -- nvcc compiled it, also on a machine without a GPU, and ``kernel.resources`` holds
+    ptxas's registers / spills --, or a failure), ``mode`` (``"process"`` or ``"thread"``) and why
     (``mode_reason``), and the bound problem (``args``, ``kwargs``, ``configs``, ``target``; ``job`` is the
     tuner's bound problem, which :meth:`tilex.autotuner.AutoTuner.benchmark` reads)."""
 

@@ -10,14 +10,16 @@ Tuning runs in two phases that can be used separately (``AutoTuner.compile`` and
    the default ``parallel="auto"`` each configuration is compiled in a worker process (``ProcessPoolExecutor``,
    *spawn* context): the worker imports the factory by reference (its module and qualified name), builds the
    PrimFunc, computes the shared memory it needs (:func:`tilex.autotuner.smem.shared_memory_bytes`; too much for
-   the device -> rejected before nvcc), and compiles it with ``tilex.compile``, which runs nvcc and writes the
-   on-disk kernel cache on a GPU machine. The parent then re-creates each kernel with ``tilex.compile``, which
-   loads it from that cache. A factory that cannot be imported by reference (defined in ``__main__``, in a
-   closure, or a ``functools.partial``), arguments that cannot be pickled, or a disabled kernel cache make the
-   tuner compile in *threads* of the parent instead (the PrimFuncs are built one after the other, the
-   compilations overlap where TVM and nvcc release the GIL). As with any use of ``multiprocessing``, a script
-   that tunes at import time must guard its entry point with ``if __name__ == "__main__":``; if the worker
-   processes die before compiling anything the tuner warns and falls back to threads.
+   the device -> rejected before nvcc), and compiles it with ``tilex.compile``, which runs nvcc (on a machine
+   without a GPU too, so ``"compiled"`` always means nvcc accepted the code) and writes the on-disk kernel cache
+   on a GPU machine (without one, only ptxas's report is kept, so nvcc does not run twice). The parent then
+   re-creates each kernel with ``tilex.compile``, which loads it from that cache. A factory that cannot be
+   imported by reference (defined in ``__main__``, in a closure, or a ``functools.partial``), arguments that
+   cannot be pickled, or a disabled kernel cache make the tuner compile in *threads* of the parent instead (the
+   PrimFuncs are built one after the other, the compilations overlap where TVM and nvcc release the GIL). As
+   with any use of ``multiprocessing``, a script that tunes at import time must guard its entry point with
+   ``if __name__ == "__main__":``; if the worker processes die before compiling anything the tuner warns and
+   falls back to threads.
 2. **benchmark** (GPU): inputs are made for the non-output parameters (``supply(params)`` or random tensors,
    :func:`tilex.autotuner.inputs.default_supply`), every compiled kernel is run once and compared against
    ``ref_prog(*inputs)`` with ``torch.testing.assert_close`` (unless ``skip_check``;

@@ -4,10 +4,10 @@ With ``parallel="auto"`` (or ``"process"``) each configuration is compiled in a 
 (``ProcessPoolExecutor``, *spawn* context; :func:`compile_in_processes`). The task sent to a worker names the
 factory by reference (:class:`FactoryRef`: its module and qualified name) and holds the factory arguments, so a
 worker imports the factory, builds the PrimFunc (:func:`call_factory`), checks the shared memory it needs and
-compiles it with ``tilex.compile`` (:func:`build_kernel`), which runs nvcc and writes the on-disk kernel cache on
-a GPU machine. :func:`worker_compile` is that worker function; the pool finds it by its module path
-(``tilex.autotuner.workers.worker_compile``). The parent then re-creates each kernel with ``tilex.compile``, which
-loads it from that cache (:func:`load_kernels`).
+compiles it with ``tilex.compile`` (:func:`build_kernel`), which runs nvcc (with or without a GPU) and writes the
+on-disk kernel cache on a GPU machine. :func:`worker_compile` is that worker function; the pool finds it by its
+module path (``tilex.autotuner.workers.worker_compile``). The parent then re-creates each kernel with
+``tilex.compile``, which loads it from that cache (:func:`load_kernels`).
 
 In thread mode (:func:`compile_in_threads`) the PrimFuncs are built one after the other in the parent and
 compiled in threads, which overlap where TVM and nvcc release the GIL.
@@ -290,7 +290,8 @@ def compile_in_processes(job, ref: FactoryRef, results, workers: int, smem_limit
 
 def load_kernels(job, results) -> None:
     """Re-create the kernels compiled by the workers in this process (``tilex.compile`` finds them in the
-    on-disk kernel cache)."""
+    on-disk kernel cache; without a GPU it rebuilds them with TVM and reads ptxas's report back instead of
+    running nvcc again)."""
     for r in results:
         if r.status != COMPILED:
             continue

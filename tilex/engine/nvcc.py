@@ -11,6 +11,12 @@ On import this module registers (once, overriding TVM's defaults):
   launch markers of warp-specialized kernels to ``__launch_bounds__`` / ``__cluster_dims__`` and aligns dynamic
   shared memory to 1024 bytes. Each edit of TVM's text raises TilexCompileError when the text it edits is not
   there in the form TVM 0.27 writes it (rather than silently leaving the kernel without it).
+
+Every cubin / fatbin compilation passes ``--resource-usage`` so that ptxas reports each kernel's registers,
+spills, stack frame and shared memory. :func:`capture` collects what :func:`compile_cuda` ran in this thread
+(one :class:`NvccRun` per nvcc invocation, with its output), which is how ``tilex.compile`` gets ptxas's
+report from the compile hook that TVM calls in the middle of ``tvm.compile``. :func:`nvcc_version` is the
+release line of ``nvcc --version`` (part of the kernel cache key).
 """
 from __future__ import annotations
 
@@ -21,7 +27,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from typing import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator, Sequence
 
 import tvm  # noqa: F401 - TVM's own CUDA callbacks are registered first, then overridden here
 import tvm_ffi
@@ -30,7 +38,7 @@ from tilex import env
 from tilex.ir import intrin
 
 __all__ = ["TilexCompileError", "compile_cuda", "nvcc_command", "register_hooks", "compile_count",
-           "COMMON_HEADER"]
+           "COMMON_HEADER", "NvccRun", "capture", "nvcc_version", "nvcc_available", "RESOURCE_FLAGS"]
 
 COMMON_HEADER = "tilex/common.h"
 
@@ -49,6 +57,10 @@ BASE_FLAGS = (
     "-U__CUDA_NO_BFLOAT162_OPERATORS__",
     "-U__CUDA_NO_BFLOAT162_CONVERSIONS__",
 )
+
+#: Flags added to cubin / fatbin compilations (not to ptx, where ptxas does not run): ptxas's per-kernel report
+#: of registers, spills, stack frame and shared memory (it does not change the binary).
+RESOURCE_FLAGS = ("--resource-usage",)
 
 _MAX_ERROR_LINES = 60
 _lock = threading.Lock()
@@ -70,6 +82,78 @@ def compile_count() -> int:
     return _compile_count
 
 
+@dataclass(frozen=True)
+class NvccRun:
+    """One successful :func:`compile_cuda` call: ``arch``, ``fmt``, ``output`` (nvcc's stdout and stderr,
+    ptxas's ``--resource-usage`` report included), ``binary`` (the cubin / ptx / fatbin bytes)."""
+
+    arch: str
+    fmt: str
+    output: str
+    binary: bytes
+
+
+_capture_state = threading.local()
+
+
+@contextmanager
+def capture() -> Iterator[list]:
+    """Collect the :class:`NvccRun` of every :func:`compile_cuda` call made in this thread inside the block
+    (nested captures each get them)::
+
+        with nvcc.capture() as runs:
+            tvm.compile(...)            # TVM calls tvm_callback_cuda_compile -> compile_cuda
+        runs[0].output                  # ptxas's resource report
+    """
+    runs: list = []
+    stack = getattr(_capture_state, "stack", None)
+    if stack is None:
+        stack = _capture_state.stack = []
+    stack.append(runs)
+    try:
+        yield runs
+    finally:
+        stack.remove(runs)
+
+
+def _record(run: NvccRun) -> None:
+    for runs in getattr(_capture_state, "stack", ()):
+        runs.append(run)
+
+
+_version_lock = threading.Lock()
+_version: dict = {}
+
+
+def nvcc_version() -> str:
+    """The release line of ``nvcc --version`` (e.g. ``"Cuda compilation tools, release 13.0, V13.0.88"``),
+    run once per process and nvcc path; ``""`` when nvcc cannot be found or run."""
+    try:
+        path = env.find_nvcc()
+    except env.NvccNotFoundError:
+        return ""
+    with _version_lock:
+        if path not in _version:
+            try:
+                out = subprocess.run([path, "--version"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, timeout=60).stdout
+            except (OSError, subprocess.SubprocessError):
+                out = ""
+            lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+            release = [ln for ln in lines if "release" in ln]
+            _version[path] = release[0] if release else (lines[-1] if lines else "")
+        return _version[path]
+
+
+def nvcc_available() -> bool:
+    """Whether :func:`tilex.env.find_nvcc` finds nvcc."""
+    try:
+        env.find_nvcc()
+    except env.NvccNotFoundError:
+        return False
+    return True
+
+
 def _gencode(arch: str) -> list[str]:
     sm = env.normalize_arch(arch)  # sm_90a
     num = sm[3:]
@@ -83,6 +167,8 @@ def nvcc_command(src: str, out: str, arch: str, options: Sequence[str] | None = 
     extra = os.environ.get("TILEX_NVCC_FLAGS")
     if extra:
         cmd += shlex.split(extra)
+    if fmt != "ptx":
+        cmd += list(RESOURCE_FLAGS)
     if options:
         cmd += list(options)
     cmd += ["-o", out, src]
@@ -94,7 +180,8 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, f
 
     Returns the cubin (or ptx/fatbin for ``fmt``) bytes. On failure raises :class:`TilexCompileError`
     with the command, the first 60 lines of nvcc's output, and the path of the kept ``.cu`` file.
-    ``$TILEX_DUMP_DIR``, if set, receives a copy of every compiled source.
+    ``$TILEX_DUMP_DIR``, if set, receives a copy of every compiled source. Each success is handed, with nvcc's
+    output (ptxas's resource report), to the :func:`capture` blocks open in this thread.
     """
     global _compile_count
     if fmt not in ("cubin", "ptx", "fatbin"):
@@ -131,6 +218,7 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, f
     with open(out, "rb") as f:
         data = f.read()
     shutil.rmtree(tmp, ignore_errors=True)
+    _record(NvccRun(env.normalize_arch(arch), fmt, proc.stdout, data))
     return data
 
 

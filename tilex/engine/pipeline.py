@@ -24,7 +24,9 @@ from tilex import config
 from tilex.engine import nvcc  # noqa: F401 - registers TVM's CUDA compile / post-processing callbacks
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.shared_memory import shared_usage
+from tilex.ir.source import backtrace_requested, is_located
 from tilex.language.canonicalize import canonicalize
+from tilex.op.base import LayoutConflictError, TileOpError
 from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
@@ -39,7 +41,25 @@ PIPELINE_NAME = "tilex"
 
 def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.PrimFunc:
     """tilex's own passes, tile program -> plain per-thread TIR. They run as Python calls (not through TVM's pass
-    manager) so that a user error keeps its Python type (LayoutConflictError, TileOpError, ...)."""
+    manager) so that a user error keeps its Python type (LayoutConflictError, TileOpError, ...).
+
+    An error in the user's program (a TileOpError, a LayoutConflictError, or any error that LayoutInference or
+    LowerTileOps located in the program: its message ends with the file, line and source line of the operator) is
+    given back with a short traceback: the frames of the passes are dropped, ``TILEX_BACKTRACE=1`` keeps them."""
+    try:
+        return _tile_passes(func, target)
+    except Exception as e:  # noqa: BLE001 - only user errors are shortened; the rest is re-raised untouched
+        if not is_user_error(e) or backtrace_requested():
+            raise
+        raise e.with_traceback(None) from None
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether `exc` reports a mistake in the user's tile program (rather than a bug in tilex)."""
+    return isinstance(exc, (TileOpError, LayoutConflictError)) or is_located(exc)
+
+
+def _tile_passes(func, target):
     func = canonicalize(func)
     func = inject_pipeline(func, target)
     func = layout_inference(func, target)

@@ -1,5 +1,5 @@
-"""Facts about the GPU a kernel is built for, stated once: compute capability, shared-memory and register limits,
-multiprocessor counts."""
+"""Facts about the GPU a kernel is built for, stated once: compute capability, the instructions tilex may emit
+for it (:data:`ARCH_FEATURES`, :func:`supports`), shared-memory and register limits, multiprocessor counts."""
 from __future__ import annotations
 
 from tilex import env
@@ -31,6 +31,88 @@ def compute_capability(target) -> tuple[int, bool]:
         return 80, False
     arch = str(target.attrs["arch"]).replace("sm_", "")
     return int(arch.rstrip("af")), arch.endswith("a")
+
+
+# ---- what tilex may emit per target ----------------------------------------------------------------------------
+# Each feature is a family of instructions that a lowering emits through the wrappers of src/tilex/*.h; the
+# table says on which archs those wrappers have an implementation (checked with nvcc 13.0 / ptxas, and the guards
+# in the headers agree: a wrapper used on an arch without it is a compile error, not an empty body).
+MMA_SYNC = "mma.sync"            # mma.sync m16n8k16 f16/bf16 -> f32 (mma_sm80.h): sm_80+
+LDMATRIX = "ldmatrix"            # ldmatrix.x4/.x2 (mma_sm80.h): sm_75+, tilex: sm_80+
+CP_ASYNC = "cp.async"            # cp.async + commit/wait groups (copy_async.h): sm_80+
+TMA_LOAD = "tma_load"            # cp.async.bulk.tensor global->shared with mbarrier complete_tx (tma.h): sm_90+
+TMA_STORE = "tma_store"          # cp.async.bulk.tensor shared->global, bulk groups (tma.h): sm_90+
+TMA_MULTICAST = "tma_multicast"  # .multicast::cluster TMA loads (tma.h): legal on sm_90+, but the PTX ISA calls it
+#                                  optimized only for sm_90a and the sm_100/103/110 a/f targets ("substantially
+#                                  reduced performance on other targets"): tilex uses it there only
+MBARRIER_TX = "mbarrier_tx"      # mbarrier init / arrive.expect_tx / try_wait.parity, fence.proxy.async (tma.h): sm_90+
+CLUSTERS = "clusters"            # __cluster_dims__, mapa + remote mbarrier arrive, barrier.cluster (tma.h): sm_90+
+SETMAXNREG = "setmaxnreg"        # setmaxnreg.inc/.dec (tma.h): arch- or family-specific targets (a / f) of sm_90+
+WGMMA = "wgmma"                  # wgmma.mma_async + fence/commit/wait (wgmma_sm90.h): sm_90a only (Blackwell has
+#                                  tcgen05 instead, which tilex does not implement)
+VECTOR_ATOMICS = "vector_atomics"  # float2/float4 atomicAdd, red.global.v*.f16x2/bf16x2 (atomic.h): sm_90+
+
+FEATURES = (MMA_SYNC, LDMATRIX, CP_ASYNC, TMA_LOAD, TMA_STORE, TMA_MULTICAST, MBARRIER_TX, CLUSTERS, SETMAXNREG,
+            WGMMA, VECTOR_ATOMICS)
+
+_SM80 = frozenset({MMA_SYNC, LDMATRIX, CP_ASYNC})
+_SM90 = _SM80 | {TMA_LOAD, TMA_STORE, MBARRIER_TX, CLUSTERS, VECTOR_ATOMICS}
+_DC_SPECIFIC = _SM90 | {SETMAXNREG, TMA_MULTICAST}  # sm_100/103/110 'a' and 'f' targets
+
+#: Features per arch tilex knows. ``a``: arch-specific target, ``f``: family-specific (CUDA 12.9+); sm_101 is
+#: called sm_110 since CUDA 13. An arch missing here gets its generation's row (:func:`arch_features`).
+ARCH_FEATURES = {
+    "sm_80": _SM80, "sm_86": _SM80, "sm_87": _SM80, "sm_89": _SM80,
+    "sm_90": _SM90,
+    "sm_90a": _SM90 | {SETMAXNREG, TMA_MULTICAST, WGMMA},
+    "sm_100": _SM90, "sm_100a": _DC_SPECIFIC, "sm_100f": _DC_SPECIFIC,
+    "sm_103": _SM90, "sm_103a": _DC_SPECIFIC, "sm_103f": _DC_SPECIFIC,
+    "sm_110": _SM90, "sm_110a": _DC_SPECIFIC, "sm_110f": _DC_SPECIFIC,
+    "sm_120": _SM90, "sm_120a": _SM90 | {SETMAXNREG}, "sm_120f": _SM90 | {SETMAXNREG},
+    "sm_121": _SM90, "sm_121a": _SM90 | {SETMAXNREG}, "sm_121f": _SM90 | {SETMAXNREG},
+}
+
+
+def _arch_of(target) -> str:
+    """``sm_XX[a|f]`` of a target, an arch string, or None (a target without an arch: sm_80, as
+    :func:`compute_capability` has it)."""
+    if target is None:
+        return "sm_80"
+    if isinstance(target, str):
+        return env.normalize_arch(target)
+    if "arch" not in target.attrs:
+        return "sm_80"
+    return env.normalize_arch(str(target.attrs["arch"]))
+
+
+def arch_features(target) -> frozenset:
+    """The features (the constants above) tilex may emit for `target`: a tvm Target, an arch string like
+    ``"sm_100a"``, or None."""
+    arch = _arch_of(target)
+    if arch in ARCH_FEATURES:
+        return ARCH_FEATURES[arch]
+    digits = arch[3:].rstrip("af")
+    cc, specific = int(digits), arch[3:] != digits
+    if cc < 80:
+        return frozenset()
+    if cc < 90:
+        return _SM80
+    return _SM90 | {SETMAXNREG} if specific else _SM90
+
+
+def supports(target, feature: str) -> bool:
+    """Whether tilex may emit `feature` (one of :data:`FEATURES`) for `target`."""
+    if feature not in FEATURES:
+        raise ValueError(f"tilex: unknown target feature {feature!r} (one of {', '.join(FEATURES)})")
+    return feature in arch_features(target)
+
+
+def unsupported_message(target, feature: str, what: str) -> str:
+    """The error text for `what` (e.g. ``"T.gemm(A, B, C)"``) needing `feature` that `target` lacks."""
+    arch = _arch_of(target)
+    have = ", ".join(f for f in FEATURES if f in arch_features(arch)) or "none"
+    return (f"{what} needs {feature}, which tilex cannot emit for target {arch} (features of {arch}: {have}; "
+            f"see tilex.ir.hardware.ARCH_FEATURES)")
 
 
 def arch_shared_memory_limit(arch: str) -> int | None:

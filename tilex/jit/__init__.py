@@ -19,12 +19,15 @@ from tilex.engine.nvcc import TilexCompileError, compile_cuda
 
 from . import cache
 from .args import ArgChecker, ParamSpec
+from .profiler import Profiler, TensorSupplyType
+from .resources import FunctionResources, KernelResources, TilexPerformanceWarning
 from .dtypes import torch_to_tvm_dtype, tvm_to_torch_dtype
 from .kernel import JITKernel, compile
 from .decorator import JitFactory, jit
 
 __all__ = ["cache", "JITKernel", "ArgChecker", "ParamSpec", "compile", "compile_cuda",
-           "TilexCompileError", "tvm_to_torch_dtype", "torch_to_tvm_dtype", "jit", "JitFactory"]
+           "TilexCompileError", "tvm_to_torch_dtype", "torch_to_tvm_dtype", "jit", "JitFactory", "Profiler",
+           "TensorSupplyType", "KernelResources", "FunctionResources", "TilexPerformanceWarning"]
 
 
 class CallableModule(types.ModuleType):

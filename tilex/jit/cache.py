@@ -5,12 +5,16 @@ Layout: ``<cache dir>/<key[:2]>/<key>/{kernel.so, kernel.cu, meta.json}`` where 
 renamed into place, so readers never see half-written entries.
 
 The key is the sha256 of the program text (``func.script()``), out_idx, the target, the pass configs,
-the tilex / TVM versions, the nvcc flags and the contents of every header in :func:`tilex.env.include_dir`.
+the tilex / TVM / nvcc versions (``nvcc --version``'s release line: ptxas bugs are version-specific), the nvcc
+flags and the contents of every header in :func:`tilex.env.include_dir`. ``meta.json`` holds ptxas's resource
+report (``"resources"``, see :mod:`tilex.jit.resources`), so kernels loaded from the cache have it too.
 
 Only modules that hold a **compiled binary** are cached. On a GPU machine TVM compiles CUDA eagerly at
 build time through ``tvm_callback_cuda_compile``, so the exported library contains the cubin. On a
 CPU-only machine the CUDA module only holds source (compilation would happen when it is loaded on a
-GPU), so nothing is written there.
+GPU), so no kernel entry is written there; ``tilex.compile`` still runs nvcc on the source to check it, and
+keeps ptxas's report in ``<cache dir>/ptxas/<key[:2]>/<key>.json`` (:func:`save_ptxas_report`), so compiling
+the same kernel again on that machine skips nvcc.
 
 Disable with ``TILEX_DISABLE_CACHE=1`` or :func:`disable`.
 """
@@ -31,7 +35,7 @@ from tilex.engine import nvcc
 from tilex.ir.hardware import num_sms
 
 __all__ = ["cache_dir", "enabled", "enable", "disable", "make_key", "save", "load", "clear", "stats",
-           "CacheEntry"]
+           "CacheEntry", "load_ptxas_report", "save_ptxas_report"]
 
 logger = logging.getLogger("tilex.jit.cache")
 
@@ -43,7 +47,8 @@ _enabled_override: bool | None = None
 LIB_NAME = "kernel.so"
 SRC_NAME = "kernel.cu"
 META_NAME = "meta.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json holds "resources"; the key holds the nvcc version
+PTXAS_DIR = "ptxas"
 
 
 def cache_dir() -> str:
@@ -140,6 +145,7 @@ def make_key(func, out_idx, target, pass_configs) -> str:
         "pass_configs": _jsonable(pass_configs or {}),
         "tilex": sys.modules["tilex"].__version__,  # the loaded package's (the package face sits above jit)
         "tvm": tvm.__version__,
+        "nvcc": nvcc.nvcc_version(),  # cached per process; "" without nvcc
         "nvcc_flags": list(nvcc.BASE_FLAGS) + [os.environ.get("TILEX_NVCC_FLAGS", "")],
         "headers": _headers_digest(),
         "sources": _package_digest(),
@@ -227,6 +233,41 @@ def save(key: str, executable, source: str, meta: dict | None = None) -> str | N
         return None
     stats["writes"] += 1
     return final
+
+
+def _ptxas_path(key: str) -> str:
+    return os.path.join(cache_dir(), PTXAS_DIR, key[:2], f"{key}.json")
+
+
+def load_ptxas_report(key: str):
+    """ptxas's report (``KernelResources.to_json()``) stored for the kernel ``key`` by a machine without a GPU,
+    or ``None`` (miss, disabled, unreadable)."""
+    if not enabled():
+        return None
+    try:
+        with open(_ptxas_path(key)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("resources"), list):
+        return None
+    return data["resources"]
+
+
+def save_ptxas_report(key: str, resources: list) -> None:
+    """Store ptxas's report for the kernel ``key`` (written to a temporary file, then renamed; never fatal)."""
+    if not enabled():
+        return
+    path = _ptxas_path(key)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w") as f:
+            json.dump({"key": key, "format": FORMAT_VERSION, "resources": _jsonable(resources)}, f)
+        os.replace(tmp, path)
+    except OSError as e:
+        logger.warning("tilex cache: could not write %s (%s)", path, e)
+        stats["errors"] += 1
 
 
 def clear() -> None:

@@ -2,15 +2,43 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import threading
+import warnings
 
 from tilex import engine, env
 from tilex.engine import nvcc as _nvcc
 from tilex.jit import cache as _cache
 from tilex.jit.args import ArgChecker
+from tilex.jit.profiler import Profiler
+from tilex.jit.resources import KernelResources, parse_ptxas, warn_spills
 
 __all__ = ["JITKernel", "compile"]
 
 logger = logging.getLogger("tilex.jit")
+
+_no_nvcc_lock = threading.Lock()
+_no_nvcc_warned = False
+
+
+def _warn_no_nvcc() -> None:
+    """Once per process: without a GPU and without nvcc, kernels are only generated, never compiled."""
+    global _no_nvcc_warned
+    with _no_nvcc_lock:
+        if _no_nvcc_warned:
+            return
+        _no_nvcc_warned = True
+    warnings.warn("tilex: nvcc was not found and no GPU is visible, so tilex.compile only generates CUDA source "
+                  "(TVM codegen); nvcc does not check it and kernel.resources is None. Install the CUDA toolkit "
+                  "or set CUDA_HOME to compile it.", RuntimeWarning, stacklevel=4)
+
+
+def _resources_of(runs) -> KernelResources:
+    funcs = {}
+    for run in runs:
+        funcs.update(parse_ptxas(run.output, run.arch).functions)
+    return KernelResources(funcs)
 
 def _build(func, target, pass_configs):
     with target:
@@ -57,7 +85,18 @@ class JITKernel:
     CUDA tensors are passed).
 
     Attributes: ``func`` (the PrimFunc), ``target``, ``out_idx``, ``params`` (list of :class:`ParamSpec`),
-    ``module`` (the TVM runtime module), ``from_cache`` (loaded from the disk cache), ``cache_key``.
+    ``module`` (the TVM runtime module), ``from_cache`` (loaded from the disk cache), ``cache_key``,
+    ``resources`` (a :class:`tilex.jit.resources.KernelResources`: ptxas's registers per thread, spill stores /
+    loads, stack frame and static shared memory of each kernel function; ``None`` only when nvcc could not run).
+
+    nvcc always runs: on a GPU machine TVM calls it while building; without a GPU TVM keeps the CUDA module as
+    source, and tilex compiles that source with nvcc itself, so a kernel nvcc rejects raises
+    :class:`tilex.TilexCompileError` on every machine (the cubin is then only checked and measured, not
+    loaded). When ptxas reports spilled registers a :class:`tilex.jit.TilexPerformanceWarning` names the kernel.
+
+    ``get_profiler(tensor_supply_type="auto")`` returns a :class:`tilex.jit.Profiler` (``do_bench``,
+    ``assert_allclose(ref_prog)``, ``run_once``), and ``export_library(path)`` writes the compiled module as a
+    shared library for ``tvm.runtime.load_module``.
     """
 
     def __init__(self, func, out_idx=None, target="auto", pass_configs=None):
@@ -75,6 +114,7 @@ class JITKernel:
         self.from_cache = False
         self.cache_key = None
         self.cache_path = None
+        self.resources = None
         self._source = ""
 
         use_cache = _cache.enabled()
@@ -87,24 +127,49 @@ class JITKernel:
             self._source = entry.source
             self.from_cache = True
             self.cache_path = entry.path
+            res = entry.meta.get("resources")
+            self.resources = KernelResources.from_json(res) if res is not None else None
         else:
-            n0 = _nvcc.compile_count()
-            ex = _build(func, self.target, self.pass_configs)
+            with _nvcc.capture() as runs:
+                ex = _build(func, self.target, self.pass_configs)
             self.executable = ex
             self.module = ex.mod if hasattr(ex, "mod") else ex
             self._source = _cuda_source(self.module)
-            has_binary = _nvcc.compile_count() > n0
-            if use_cache:
-                if has_binary:
+            if runs:  # GPU machine: TVM ran nvcc through tvm_callback_cuda_compile, the module holds the cubin
+                self.resources = _resources_of(runs)
+                if use_cache:
                     self.cache_path = _cache.save(self.cache_key, ex, self._source, {
                         "symbol": self._checker.func_name, "target": str(self.target),
-                        "out_idx": self.out_idx})
-                else:
-                    # CPU-only machine: the CUDA module only holds source (nvcc runs when it is loaded on
-                    # a GPU), so there is nothing worth caching.
+                        "out_idx": self.out_idx, "resources": self.resources.to_json()})
+            else:
+                # No GPU: the CUDA module only holds source (TVM would run nvcc when loading it on a GPU), so
+                # there is no binary worth caching; nvcc still compiles the source here, to check it.
+                self.resources = self._compile_source_only(use_cache)
+                if use_cache:
                     _cache.stats["skipped"] += 1
-        self._fn = None
         self._symbol = self._checker.func_name
+        warn_spills(self.resources, self._checker.func_name, stacklevel=3)
+        self._fn = None
+
+    def _compile_source_only(self, use_cache: bool) -> KernelResources | None:
+        """Run nvcc on the generated CUDA source of a source-only module (a machine without a GPU). Its report
+        is kept in the kernel cache's ptxas store (under the kernel's key), so compiling the same kernel again
+        skips nvcc. Returns the resources, or ``None`` when there is no nvcc (warned once)."""
+        if not self._source:
+            return None
+        if not _nvcc.nvcc_available():
+            _warn_no_nvcc()
+            return None
+        if use_cache:
+            report = _cache.load_ptxas_report(self.cache_key)
+            if report is not None:
+                return KernelResources.from_json(report)
+        with _nvcc.capture() as runs:
+            _nvcc.compile_cuda(self._source, env.target_arch(self.target))
+        resources = _resources_of(runs)
+        if use_cache:
+            _cache.save_ptxas_report(self.cache_key, resources.to_json())
+        return resources
 
     # -- the compiled function
     def _get_function(self):
@@ -144,6 +209,30 @@ class JITKernel:
             return str(self.module.inspect_source())
         except Exception:
             return ""
+
+    def get_profiler(self, tensor_supply_type="auto") -> Profiler:
+        """A :class:`tilex.jit.Profiler` for this kernel: ``do_bench()`` times it (ms, CUDA events, L2 flushed)
+        on inputs made by ``tensor_supply_type`` (``"auto"``, ``"randn"``, ``"uniform"``, ``"integer"``,
+        ``"zero"``, ``"one"`` or a :class:`tilex.jit.TensorSupplyType`), ``assert_allclose(ref_prog)`` compares
+        its outputs with ``ref_prog``'s on the same inputs."""
+        return Profiler(self, tensor_supply_type)
+
+    def export_library(self, path: str) -> str:
+        """Write the compiled module (host code + CUDA module) as a shared library loadable with
+        ``tvm.runtime.load_module(path)``; returns ``path``. Compiled on a GPU machine (or loaded from the
+        kernel cache), the CUDA module holds the cubin. Without a GPU, TVM's CUDA module holds only the CUDA
+        source (nvcc checked it, but TVM's CPU-only runtime cannot embed a cubin), and loading it needs TVM's
+        CUDA runtime. Needs a host C++ compiler (TVM links the library with it)."""
+        path = os.fspath(path)
+        parent = os.path.dirname(os.path.abspath(path))
+        os.makedirs(parent, exist_ok=True)
+        if self.executable is not None:
+            self.executable.export_library(path)
+        elif self.cache_path is not None and os.path.isfile(os.path.join(self.cache_path, _cache.LIB_NAME)):
+            shutil.copyfile(os.path.join(self.cache_path, _cache.LIB_NAME), path)
+        else:
+            self.module.export_library(path)
+        return path
 
     @property
     def symbol(self) -> str:

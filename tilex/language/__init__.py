@@ -17,10 +17,14 @@ from tilex.language.tileop import (GemmWarpPolicy, clear, copy, fill, gemm, redu
 Tensor = Buffer  # TileLang spells parameter annotations T.Tensor
 
 
-def ceildiv(a, b):
-    """Ceiling division for ints and TIR expressions."""
-    if isinstance(a, int) and isinstance(b, int):
-        return -(-a // b)
+def ceildiv(a, b, span=None):
+    """Ceiling division for ints and TIR expressions (`b` must be positive when it is a constant; `span` is
+    accepted for TileLang's signature and not used)."""
     from tvm import tirx
 
+    bv = b.value if isinstance(b, tirx.IntImm) else b
+    if type(bv) is int and bv <= 0:  # (`bool` is TVMScript's dtype here)
+        raise ValueError(f"T.ceildiv: the divisor must be positive, got {b}")
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
     return tirx.floordiv(a + b - 1, b)

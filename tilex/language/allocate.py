@@ -4,27 +4,60 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
+from tilex.language.options import positive_extents, unsupported
+
 FRAGMENT_SCOPE = "local.fragment"
+SHARED_SCOPES = ("shared.dyn", "shared")
+VAR_SCOPES = ("local.var", "local")
 
 
 def alloc_shared(shape, dtype="float16", scope="shared.dyn"):
     """A tile in (dynamic) shared memory, visible to the whole block."""
-    return _ir.alloc_buffer(_shape(shape), dtype, scope=scope)
+    if scope not in SHARED_SCOPES:
+        unsupported("T.alloc_shared", "scope", scope, f"shared tiles live in one of {SHARED_SCOPES}")
+    return _ir.alloc_buffer(_shape("T.alloc_shared", shape), dtype, scope=scope)
 
 
 def alloc_fragment(shape, dtype="float32", scope=FRAGMENT_SCOPE):
     """A block-level register tile: its elements are spread over the threads by an inferred Fragment layout."""
-    return _ir.alloc_buffer(_shape(shape), dtype, scope=scope)
+    if scope != FRAGMENT_SCOPE:
+        unsupported("T.alloc_fragment", "scope", scope, f"fragments live in '{FRAGMENT_SCOPE}'")
+    return _ir.alloc_buffer(_shape("T.alloc_fragment", shape), dtype, scope=scope)
 
 
 def alloc_local(shape, dtype="float32", scope="local"):
     """Per-thread registers: every thread has its own copy of the whole buffer."""
-    return _ir.alloc_buffer(_shape(shape), dtype, scope=scope)
+    if scope != "local":
+        unsupported("T.alloc_local", "scope", scope, "per-thread buffers live in 'local'")
+    return _ir.alloc_buffer(_shape("T.alloc_local", shape), dtype, scope=scope)
 
 
-def alloc_var(dtype="float32", init=None):
+def alloc_var(dtype="float32", *args, scope="local.var", init=None):
     """A per-thread scalar variable: ``acc = T.alloc_var("float32", 0.0)``, then ``acc = acc + x`` (TVMScript
-    scalar; stored as a 1-element local buffer)."""
+    scalar; stored as a 1-element local buffer).
+
+    As in TileLang, the positional arguments after `dtype` are ``init``, ``scope`` (a lone string), or
+    ``(init, scope)``; `scope` is ``"local.var"`` (or ``"local"``).
+    """
+    if len(args) == 1:
+        if isinstance(args[0], str):
+            if scope != "local.var":
+                raise TypeError("T.alloc_var: the scope is given twice (positionally and as scope=)")
+            scope = args[0]
+        elif init is not None:
+            raise TypeError("T.alloc_var: the initial value is given twice (positionally and as init=)")
+        else:
+            init = args[0]
+    elif len(args) == 2:
+        if init is not None:
+            raise TypeError("T.alloc_var: the initial value is given twice (positionally and as init=)")
+        init, scope = args
+    elif len(args) > 2:
+        raise TypeError(f"T.alloc_var takes at most 3 positional arguments (dtype, init, scope), got {len(args) + 1}")
+    if not isinstance(scope, str):
+        raise TypeError(f"T.alloc_var: scope must be a str, got {scope!r}")
+    if scope not in VAR_SCOPES:
+        unsupported("T.alloc_var", "scope", scope, f"scalar variables live in one of {VAR_SCOPES}")
     var = _ir.alloc_scalar(dtype, scope="local")
     if init is not None:
         value = tirx.const(init, dtype) if isinstance(init, (int, float)) else init
@@ -32,5 +65,9 @@ def alloc_var(dtype="float32", init=None):
     return var
 
 
-def _shape(shape):
-    return (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
+def _shape(api, shape):
+    shape = (shape,) if not isinstance(shape, (tuple, list)) else tuple(shape)
+    if not shape:
+        raise ValueError(f"{api}: the shape must have at least one dimension")
+    positive_extents(api, "shape dimensions", shape)
+    return shape

@@ -7,27 +7,45 @@
 
 Element types: float32, float64, float16, bfloat16, int32, uint32, int64, uint64 (max/min on float16/bfloat16 use a
 compare-and-swap loop; on float32/float64 a sign-bit trick that orders negative values and -0.0 correctly).
-Not supported (raise TileOpError): ``return_prev=True`` (nothing is returned), memory orders other than relaxed,
-``use_tma=True``.
+Not implemented (raise NotImplementedError): ``return_prev=True`` (nothing is returned), memory orders other than
+relaxed, ``use_tma=True``, ``annotations``.
 """
 from __future__ import annotations
 
+from tilex.language.options import as_bool, no_annotations, unsupported
 from tilex.op.atomic import ADD, MAX, MIN, atomic
 
+MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
 
-def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
+
+def _check(api, memory_order, return_prev, use_tma, annotations):
+    if memory_order is not None and memory_order not in MEMORY_ORDERS:
+        raise ValueError(f"{api}: memory_order must be one of {MEMORY_ORDERS} or None, got {memory_order!r}")
+    if memory_order not in (None, "relaxed"):
+        unsupported(api, "memory_order", memory_order, "atomics are relaxed; order them with a fence or barrier")
+    if as_bool(api, "return_prev", return_prev):
+        unsupported(api, "return_prev", True, "tilex atomics return nothing")
+    if as_bool(api, "use_tma", use_tma):
+        unsupported(api, "use_tma", True)
+    no_annotations(api, annotations)
+
+
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     """``dst += value`` atomically (dst an element or a tile of a global/shared buffer)."""
-    return atomic(ADD, dst, value, memory_order, return_prev, use_tma)
+    _check("T.atomic_add", memory_order, return_prev, use_tma, annotations)
+    return atomic(ADD, dst, value)
 
 
-def atomic_max(dst, value, memory_order=None, return_prev=False):
+def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
     """``dst = max(dst, value)`` atomically (dst an element or a tile of a global/shared buffer)."""
-    return atomic(MAX, dst, value, memory_order, return_prev)
+    _check("T.atomic_max", memory_order, return_prev, False, annotations)
+    return atomic(MAX, dst, value)
 
 
-def atomic_min(dst, value, memory_order=None, return_prev=False):
+def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
     """``dst = min(dst, value)`` atomically (dst an element or a tile of a global/shared buffer)."""
-    return atomic(MIN, dst, value, memory_order, return_prev)
+    _check("T.atomic_min", memory_order, return_prev, False, annotations)
+    return atomic(MIN, dst, value)
 
 
 __all__ = ["atomic_add", "atomic_max", "atomic_min"]

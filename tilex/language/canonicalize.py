@@ -25,7 +25,8 @@ def _make_parallel(loop, depth):
     if not isinstance(loop, tirx.For):
         raise ValueError("internal: T.Parallel marker is not followed by its loop nest")
     body = _make_parallel(loop.body, depth - 1)
-    return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.PARALLEL, body, None, loop.annotations)
+    return tirx.For(loop.loop_var, loop.min, loop.extent, tirx.ForKind.PARALLEL, body, None, loop.annotations,
+                    span=loop.span)
 
 
 def _on_seq(seq, mutator):

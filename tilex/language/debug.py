@@ -16,12 +16,19 @@ changes the kernel it inspects. CUDA's printf buffer holds 1 MiB by default: pri
 """
 from __future__ import annotations
 
+from tilex.language.options import as_int, unsupported
 from tilex.op.debug_print import print_call
 
 
-def print(obj, msg: str = ""):  # noqa: A001 - T.print, as in TileLang
+def print(obj=None, msg: str = "", warp_group_id: int = 0, warp_id: int = 0):  # noqa: A001 - T.print, as in TileLang
     """``T.print(x)`` / ``T.print(A_shared, msg="after copy")``: print a value or a buffer from the device
-    (see the module docstring for who prints what)."""
+    (see the module docstring for who prints what). Not implemented (NotImplementedError): a message alone
+    (``obj=None``) and choosing the printing warp (``warp_group_id`` / ``warp_id`` other than 0)."""
+    for name, value in (("warp_group_id", warp_group_id), ("warp_id", warp_id)):
+        if as_int("T.print", name, value, minimum=0) != 0:
+            unsupported("T.print", name, value, "tilex chooses who prints (see T.print's documentation)")
+    if obj is None:
+        unsupported("T.print", "obj", None, "print a value or a buffer")
     return print_call(obj, msg)
 
 

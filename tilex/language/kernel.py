@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from tvm.tirx.script.builder import ir as _ir
 
+from tilex.language.options import constant, positive_extents
+
 _BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
 _THREAD_TAGS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -14,25 +16,31 @@ class Kernel:
     `threads` is an int or a tuple of up to three ints (threadIdx.x/y/z).
     """
 
-    def __init__(self, *grid, threads=128, prelude=None):
+    def __init__(self, *grid, threads=None, prelude=None):
         if not grid:
             raise ValueError("T.Kernel needs at least one grid dimension")
         if len(grid) > 3:
             raise ValueError(f"T.Kernel supports up to 3 grid dimensions, got {len(grid)}")
-        if isinstance(threads, int):
-            threads = (threads,)
-        threads = tuple(threads)
+        positive_extents("T.Kernel", "grid dimensions", grid)
+        if threads is None:
+            threads = 128  # TileLang's default
+        threads = tuple(threads) if isinstance(threads, (tuple, list)) else (threads,)
         if not 1 <= len(threads) <= 3:
             raise ValueError(f"T.Kernel threads must have 1-3 dimensions, got {threads}")
         total = 1
         for t in threads:
-            if not isinstance(t, int) or t <= 0:
+            t = constant(t)
+            if isinstance(t, bool) or not isinstance(t, int) or t <= 0:
                 raise ValueError(f"T.Kernel threads must be positive ints, got {threads}")
             total *= t
+        threads = tuple(int(constant(t)) for t in threads)
         if total > 1024:
             raise ValueError(f"T.Kernel: {total} threads per block exceeds the CUDA limit of 1024")
+        if len(threads) == 3 and threads[2] > 64:
+            raise ValueError(f"T.Kernel: threads[2] = {threads[2]} exceeds the CUDA limit of 64 for threadIdx.z")
         if prelude is not None:
-            raise NotImplementedError("T.Kernel(prelude=...) is not supported yet")
+            raise NotImplementedError(f"T.Kernel(prelude={prelude!r}) is not supported by tilex (leave prelude at its "
+                                      f"default)")
         self.grid = grid
         self.threads = threads
         self._frames = []

@@ -94,10 +94,17 @@ def make_swizzled_layout(buffer):
 
 
 def annotate_layout(layout_map):
-    """Pin layouts: each entry takes part in inference at the strictest level (before gemm's own choices)."""
-    for buf, lay in dict(layout_map).items():
+    """Pin layouts: each entry takes part in inference at the strictest level (before gemm's own choices).
+
+    A value is a ``T.Layout`` / ``T.Fragment``, or (for a non-fragment buffer) a function of the indices, which
+    becomes ``T.Layout(buffer.shape, fn)``."""
+    if not isinstance(layout_map, dict):
+        raise TypeError(f"T.annotate_layout: expected a dict {{buffer: layout}}, got {layout_map!r}")
+    for buf, lay in layout_map.items():
         if not tirx.is_buffer_var(buf):
             raise TypeError(f"T.annotate_layout: keys must be buffers, got {buf!r}")
+        if callable(lay) and not isinstance(lay, (_Layout, _Fragment)) and buf.scope() != "local.fragment":
+            lay = Layout(buf.shape, lay)  # as in TileLang: a function of the indices is a T.Layout over the buffer
         if not isinstance(lay, (_Layout, _Fragment)):
             raise TypeError(f"T.annotate_layout: the layout of '{buf.name}' must be a T.Layout or T.Fragment, "
                             f"got {type(lay).__name__}")

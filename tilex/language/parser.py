@@ -1,9 +1,24 @@
-"""`T.prim_func`: parse a tile program with TVMScript, then canonicalize tilex's frontend markers."""
+"""`T.prim_func`: parse a tile program with TVMScript, then canonicalize tilex's frontend markers.
+
+Errors in a program body. TVMScript reports any error raised while it parses a body (an undefined name, an
+exception a builder such as ``T.Kernel`` raises, an unknown keyword of a tile operator) as a ``DiagnosticError``
+whose message holds the file, line and source line with a caret -- but an uncaught one prints only TVM's
+"run with TVM_BACKTRACE=1" line. ``prim_func`` gives it back as one exception: the original one with its own type
+(ValueError, TypeError, NotImplementedError, TileOpError, ...) when Python code of the body raised it, otherwise a
+:class:`~tilex.ir.source.TileScriptError`; its message is the error followed by TVMScript's location lines, and its
+traceback ends at the decorator (``TILEX_BACKTRACE=1`` keeps the parser's frames).
+"""
 from __future__ import annotations
 
+from tvm.error import DiagnosticError
 from tvm.script import tirx as _tvm_T
+from tvm.script.parser.core.error import ParserError
 
+from tilex.ir.source import TileScriptError, backtrace_requested, set_message
 from tilex.language.canonicalize import canonicalize
+
+#: the first line of TVMScript's location block in a diagnostic message
+_LOCATION_MARK = "\n --> "
 
 
 def prim_func(func=None, *, private=False, check_well_formed=False):
@@ -11,7 +26,13 @@ def prim_func(func=None, *, private=False, check_well_formed=False):
 
     def deco(f):
         # the caller's frame is where closures (tile sizes, dtypes) live: let TVMScript capture them
-        parsed = _tvm_T.prim_func(f, private=private, check_well_formed=check_well_formed)
+        try:
+            parsed = _tvm_T.prim_func(f, private=private, check_well_formed=check_well_formed)
+        except DiagnosticError as err:
+            user_error = program_error(err)
+            if backtrace_requested():
+                raise user_error from err  # TVMScript's diagnostic, with every frame of the parser, comes first
+            raise user_error.with_traceback(None) from None
         return canonicalize(parsed)
 
     if func is None:
@@ -20,3 +41,43 @@ def prim_func(func=None, *, private=False, check_well_formed=False):
 
 
 prim_func.dispatch_token = "tirx"
+
+
+def program_error(diag: DiagnosticError) -> BaseException:
+    """The exception to show for TVMScript's diagnostic `diag`: the body's own exception (its type kept, the
+    location appended to its message) or a TileScriptError with TVMScript's message."""
+    text = str(diag)
+    at = text.find(_LOCATION_MARK)
+    if at < 0:
+        return TileScriptError(_strip_prefix(text))
+    headline, where = text[:at], text[at + 1:]
+    original = _original(diag)
+    if original is not None and _keeps_type(original):
+        message = str(original).rstrip() or type(original).__name__
+        if set_message(original, f"{message}\n{where}"):
+            return original
+    return TileScriptError(f"{_strip_prefix(headline)}\n{where}")
+
+
+def _strip_prefix(text):
+    return text[len("error: "):] if text.startswith("error: ") else text
+
+
+def _original(diag):
+    """The exception TVMScript turned into `diag` (the Python exception raised in the body), if any."""
+    seen = set()
+    exc = diag.__cause__ or diag.__context__
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if not isinstance(exc, DiagnosticError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _keeps_type(exc):
+    """A user error that the body raised (kept as it is); TVMScript's own parse errors, a TVM RuntimeError and
+    KeyError (whose message prints quoted) become TileScriptError."""
+    if isinstance(exc, (ParserError, KeyError)):
+        return False
+    return isinstance(exc, NotImplementedError) or (isinstance(exc, Exception) and not isinstance(exc, RuntimeError))

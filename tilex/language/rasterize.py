@@ -10,6 +10,7 @@ import numpy as np
 from tvm import tirx
 
 from tilex.ir.names import SWIZZLE_ORDERS, USE_SWIZZLE_OP
+from tilex.language.options import as_bool
 
 __all__ = ["use_swizzle"]
 
@@ -28,8 +29,10 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
     A last panel with fewer rows (columns) is traversed the same way, so every block index is produced exactly
     once. ``enable=False`` leaves the kernel unchanged; on a 1-d grid the swizzle is the identity.
     """
-    if not enable:
-        return None
+    if order == "mlx":
+        raise NotImplementedError("T.use_swizzle(order='mlx') is not supported by tilex (use 'row' or 'column')")
+    if order not in SWIZZLE_ORDERS:
+        raise ValueError(f"T.use_swizzle: order must be one of {SWIZZLE_ORDERS}, got {order!r}")
     if isinstance(panel_size, tirx.IntImm):
         panel_size = int(panel_size.value)
     if isinstance(panel_size, (bool, np.bool_)) or not isinstance(panel_size, (int, np.integer)):
@@ -37,6 +40,6 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
     panel = int(panel_size)
     if panel < 1:
         raise ValueError(f"T.use_swizzle: panel_size must be positive, got {panel}")
-    if order not in SWIZZLE_ORDERS:
-        raise ValueError(f"T.use_swizzle: order must be one of {SWIZZLE_ORDERS}, got {order!r}")
+    if not as_bool("T.use_swizzle", "enable", enable):
+        return None
     return tirx.call_intrin("void", USE_SWIZZLE_OP, panel, SWIZZLE_ORDERS.index(order))

@@ -1,58 +1,158 @@
-"""Frontend builders of tile operators: each returns the TIR call that carries the operator."""
+"""Frontend builders of tile operators: each returns the TIR call that carries the operator.
+
+The keyword arguments are TileLang's; the ones tilex does not implement raise ``NotImplementedError`` naming them
+when given a non-default value (see ``tilex.language.options``).
+"""
 from __future__ import annotations
 
+import tvm
+from tvm import tirx
+
+from tilex.ir.visit import BufferLoadNode
+from tilex.language.options import as_bool, as_int, constant, no_annotations, unsupported
 from tilex.op.copy import copy_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import GemmWarpPolicy, gemm_call
-from tilex.op.reduce import reduce_call
+from tilex.op.reduce import KINDS, reduce_call
+
+EVICTION_POLICIES = ("evict_normal", "evict_first", "evict_last")
+PREFER_INSTRUCTIONS = ("tma", "cp_async", "sync")
+_COPY_ANNOTATIONS = ("coalesced_width", "disable_tma", "eviction_policy", "prefer_instruction")
 
 
-def copy(src, dst, coalesced_width=None, disable_tma=False, eviction_policy=None):
+def copy(src, dst, *, coalesced_width=None, disable_tma=False, eviction_policy=None, prefer_instruction=None,
+         annotations=None, loop_layout=None):
     """Copy a tile: ``T.copy(A[by * bm, k * bk], A_shared)``; either side may be a buffer, a slice, or a start
-    element (then the tile has the other side's shape)."""
+    element (then the tile has the other side's shape).
+
+    ``disable_tma=True`` keeps this copy off the Tensor Memory Accelerator (sm90 TMA loads / stores);
+    ``eviction_policy="evict_normal"`` is the default cache behaviour. ``annotations`` may carry the same four
+    options (its values take precedence). Not implemented (NotImplementedError): ``coalesced_width``,
+    ``eviction_policy="evict_first"/"evict_last"``, ``prefer_instruction``, ``loop_layout``.
+    """
+    api = "T.copy"
+    if annotations is not None:
+        if not isinstance(annotations, dict):
+            raise TypeError(f"{api}: annotations must be a dict, got {annotations!r}")
+        opts = {"coalesced_width": coalesced_width, "disable_tma": disable_tma, "eviction_policy": eviction_policy,
+                "prefer_instruction": prefer_instruction}
+        for key, value in annotations.items():
+            if key not in _COPY_ANNOTATIONS:
+                unsupported(api, "annotations", {key: value}, f"annotation '{key}' is not implemented")
+            opts[key] = value
+        coalesced_width, disable_tma = opts["coalesced_width"], opts["disable_tma"]
+        eviction_policy, prefer_instruction = opts["eviction_policy"], opts["prefer_instruction"]
+    if coalesced_width is not None:
+        as_int(api, "coalesced_width", coalesced_width, minimum=1)
+        unsupported(api, "coalesced_width", constant(coalesced_width),
+                    "tilex picks the vector width of each copy from the layouts")
+    if isinstance(eviction_policy, int) and not isinstance(eviction_policy, bool) and 0 <= eviction_policy < 3:
+        eviction_policy = EVICTION_POLICIES[eviction_policy]  # TileLang's annotation encoding
+    if eviction_policy is not None and eviction_policy not in EVICTION_POLICIES:
+        raise ValueError(f"{api}: eviction_policy must be one of {EVICTION_POLICIES} or None, got {eviction_policy!r}")
+    if eviction_policy not in (None, "evict_normal"):
+        unsupported(api, "eviction_policy", eviction_policy, "copies use the default cache policy")
+    if prefer_instruction is not None:
+        if prefer_instruction not in PREFER_INSTRUCTIONS:
+            raise ValueError(f"{api}: prefer_instruction must be one of {PREFER_INSTRUCTIONS} or None, got "
+                             f"{prefer_instruction!r}")
+        unsupported(api, "prefer_instruction", prefer_instruction,
+                    "use disable_tma=True, or pass_configs such as tilex.disable_tma")
+    if loop_layout is not None:
+        unsupported(api, "loop_layout", loop_layout, "copy loops take their layout from layout inference")
+    if as_bool(api, "disable_tma", disable_tma):
+        return copy_call(src, dst, disable_tma=True)
     return copy_call(src, dst)
 
 
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False,
-         k_pack=1, wg_wait=0):
-    """``C += A @ B`` (with optional transposes) on tensor cores; A and B in shared memory, C a fragment."""
-    return gemm_call(A, B, C, transpose_A, transpose_B, policy, clear_accum, k_pack, wg_wait)
+         k_pack=1, wg_wait=0, mbar=None, annotations=None):
+    """``C += A @ B`` (with optional transposes) on tensor cores; A and B in shared memory, C a fragment.
+
+    ``clear_accum=True`` zeroes C first (``C = A @ B``). The warpgroup MMAs of sm90 are waited for by tilex
+    itself (inside ``T.Pipelined`` one k-tile stays in flight), so ``wg_wait`` other than 0 is not implemented;
+    neither are ``k_pack`` != 1 (ROCm), ``mbar`` (Blackwell) nor ``annotations``.
+    """
+    api = "T.gemm"
+    transpose_A = as_bool(api, "transpose_A", transpose_A)
+    transpose_B = as_bool(api, "transpose_B", transpose_B)
+    p = constant(policy)
+    if isinstance(p, bool) or not isinstance(p, int) or p not in {int(x) for x in GemmWarpPolicy}:
+        raise ValueError(f"{api}: policy must be a T.GemmWarpPolicy ({', '.join(x.name for x in GemmWarpPolicy)}), "
+                         f"got {policy!r}")
+    policy = GemmWarpPolicy(p)
+    clear_accum = as_bool(api, "clear_accum", clear_accum)
+    if as_int(api, "k_pack", k_pack, minimum=1) != 1:
+        unsupported(api, "k_pack", constant(k_pack), "k_pack packs matrix cores on ROCm only")
+    if as_int(api, "wg_wait", wg_wait, minimum=-1) != 0:
+        unsupported(api, "wg_wait", constant(wg_wait),
+                    "tilex waits for its warpgroup MMAs itself (and keeps one k-tile in flight inside T.Pipelined)")
+    if mbar is not None:
+        unsupported(api, "mbar", mbar, "mbar is for Blackwell tcgen05 MMAs")
+    no_annotations(api, annotations)
+    return gemm_call(A, B, C, transpose_A, transpose_B, policy, clear_accum)
 
 
-def fill(buffer, value):
+def fill(buffer, value, annotations=None):
     """Set every element of a tile to `value`."""
+    no_annotations("T.fill", annotations)
     return fill_call(buffer, value)
 
 
-def clear(buffer):
+def clear(buffer, annotations=None):
     """Set every element of a tile to zero."""
+    no_annotations("T.clear", annotations)
     return fill_call(buffer, 0)
 
 
-def reduce(buffer, out, reduce_type, dim=-1, clear=True):
+def _ndim(obj):
+    """The number of dimensions of the buffer behind a reduce operand, or None if it is not recognised."""
+    if tirx.is_buffer_var(obj):
+        return len(obj.shape)
+    source = getattr(obj, "source", None) if isinstance(obj, (tvm.ir.expr.TensorRegion, BufferLoadNode)) else None
+    return len(source.shape) if source is not None else None
+
+
+def reduce(buffer, out, reduce_type, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
     """Reduce `buffer` along `dim` into `out` (reduce_type: sum, max, min, abssum, absmax); with clear=False the
     result is combined with what `out` already holds."""
+    api = f"T.reduce_{reduce_type}" if isinstance(reduce_type, str) else "T.reduce"
+    if reduce_type in ("bitand", "bitor", "bitxor"):
+        unsupported("T.reduce", "reduce_type", reduce_type, f"supported kinds: {KINDS}")
+    if reduce_type not in KINDS:
+        raise ValueError(f"T.reduce: unknown reduce_type {reduce_type!r}, expected one of {KINDS}")
+    nd = _ndim(buffer)
+    dim = as_int(api, "dim", dim)
+    if nd is not None and not -nd <= dim < nd:
+        raise ValueError(f"{api}: dim={dim} is out of range for a {nd}-d source (expected {-nd} <= dim < {nd})")
+    clear = as_bool(api, "clear", clear)
+    if as_int(api, "batch", batch, minimum=1) != 1:
+        unsupported(api, "batch", constant(batch), "each output element is combined on its own")
+    if as_bool(api, "nan_propagate", nan_propagate):
+        unsupported(api, "nan_propagate", True)
+    no_annotations(api, annotations)
     return reduce_call(buffer, out, reduce_type, dim, clear)
 
 
-def reduce_sum(buffer, out, dim=-1, clear=True):
-    return reduce_call(buffer, out, "sum", dim, clear)
+def reduce_sum(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    return reduce(buffer, out, "sum", dim, clear, batch, annotations=annotations)
 
 
-def reduce_max(buffer, out, dim=-1, clear=True):
-    return reduce_call(buffer, out, "max", dim, clear)
+def reduce_max(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
+    return reduce(buffer, out, "max", dim, clear, batch, nan_propagate, annotations)
 
 
-def reduce_min(buffer, out, dim=-1, clear=True):
-    return reduce_call(buffer, out, "min", dim, clear)
+def reduce_min(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
+    return reduce(buffer, out, "min", dim, clear, batch, nan_propagate, annotations)
 
 
-def reduce_abssum(buffer, out, dim=-1, clear=True):
-    return reduce_call(buffer, out, "abssum", dim, clear)
+def reduce_abssum(buffer, out, dim=-1, batch=1, annotations=None):
+    """As in TileLang, an abs-sum always overwrites `out` (no `clear` argument)."""
+    return reduce(buffer, out, "abssum", dim, True, batch, annotations=annotations)
 
 
-def reduce_absmax(buffer, out, dim=-1, clear=True):
-    return reduce_call(buffer, out, "absmax", dim, clear)
+def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
+    return reduce(buffer, out, "absmax", dim, clear, batch, nan_propagate, annotations)
 
 
 __all__ = ["copy", "gemm", "fill", "clear", "GemmWarpPolicy", "reduce", "reduce_sum", "reduce_max", "reduce_min",

@@ -23,6 +23,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
+from tilex.ir.hardware import VECTOR_ATOMICS, supports
 from tilex.ir.visit import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes, substitute
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_local, is_shared
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
@@ -187,9 +188,9 @@ class AtomicOp(TileOp):
             return 1
         dt, glob = str(self.dst.buffer.dtype), is_global(self.dst.buffer)
         if dt == "float32":
-            return 4 if glob and ctx.arch >= 90 else 1
+            return 4 if glob and supports(ctx.target, VECTOR_ATOMICS) else 1
         if dt in ("float16", "bfloat16"):
-            return 8 if glob and ctx.arch >= 90 else 2
+            return 8 if glob and supports(ctx.target, VECTOR_ATOMICS) else 2
         return 1
 
     def _dst_phys_fn(self, ctx):

@@ -12,7 +12,7 @@ from tvm import tirx
 
 from tilex import config
 from tilex.ir import intrin
-from tilex.ir.hardware import compute_capability
+from tilex.ir.hardware import CP_ASYNC, LDMATRIX, MBARRIER_TX, TMA_STORE, WGMMA, supports, unsupported_message
 from tilex.ir.visit import map_nodes, storage_sync, substitute
 from tilex.layout import (LayoutError, make_swizzled_layout, make_wgmma_operand_layout, swizzle_applicable,
                           wgmma_swizzle_bytes)
@@ -29,21 +29,25 @@ def _int(e):
     return int(e.value) if isinstance(e, tirx.IntImm) else (e if isinstance(e, int) else None)
 
 
-def copy_call(src, dst, is_async=0):
-    """Build the TIR call for ``T.copy(src, dst)`` (start-index operands take the other side's tile shape)."""
+def copy_call(src, dst, is_async=0, disable_tma=False):
+    """Build the TIR call for ``T.copy(src, dst)`` (start-index operands take the other side's tile shape).
+    `disable_tma` keeps this copy off TMA (no TMA store, no TMA load in a warp-specialized pipeline); it travels as
+    a 4th integer argument, present only when set."""
     src_shape = tile_shape(src)
     dst_shape = tile_shape(dst)
     if src_shape is None and dst_shape is None:
         raise TileOpError("T.copy: at least one side must be a buffer or a slice (both are single elements)")
     src_r = to_region(src, dst_shape)
     dst_r = to_region(dst, src_shape)
-    return tirx.call_intrin("handle", "tilex.copy", src_r.to_call(READ), dst_r.to_call(WRITE), is_async)
+    extra = [1] if disable_tma else []
+    return tirx.call_intrin("handle", "tilex.copy", src_r.to_call(READ), dst_r.to_call(WRITE), is_async, *extra)
 
 
 @register_tile_op("tilex.copy")
 class CopyOp(TileOp):
-    def __init__(self, src: Region, dst: Region, is_async=False):
+    def __init__(self, src: Region, dst: Region, is_async=False, disable_tma=False):
         self.src, self.dst, self.is_async = src, dst, bool(is_async)
+        self.disable_tma = bool(disable_tma)
         s_shape = static_shape(src.shape, "T.copy source")
         d_shape = static_shape(dst.shape, "T.copy destination")
         if s_shape != d_shape:
@@ -58,7 +62,8 @@ class CopyOp(TileOp):
     @classmethod
     def from_call(cls, call):
         return cls(Region.from_call(call.args[0]), Region.from_call(call.args[1]),
-                   int(call.args[2].value) if len(call.args) > 2 else 0)
+                   int(call.args[2].value) if len(call.args) > 2 else 0,
+                   int(call.args[3].value) if len(call.args) > 3 else 0)
 
     def buffers(self):
         return [self.src.buffer, self.dst.buffer]
@@ -68,11 +73,14 @@ class CopyOp(TileOp):
 
     # ---- TMA store (sm90): shared tile -> global through the Tensor Memory Accelerator -------------------------
     def tma_store_ok(self, target) -> bool:
-        """Whether this copy can be a TMA store: sm90, a whole 2-d shared tile with a wgmma-style swizzle written
-        to a 2-d global tensor (the same conditions as a TMA load, roles exchanged)."""
-        if target is None or config.get("disable_tma", False) or config.get("disable_tma_store", False):
+        """Whether this copy can be a TMA store: a target with TMA stores and the async-proxy fence (sm90+), TMA
+        not disabled (for the kernel or this copy), a whole 2-d shared tile with a wgmma-style swizzle written to
+        a 2-d global tensor (the same conditions as a TMA load, roles exchanged)."""
+        if target is None or self.disable_tma or config.get("disable_tma", False) \
+                or config.get("disable_tma_store", False):
             return False
-        if compute_capability(target)[0] < 90 or not (is_shared(self.src.buffer) and is_global(self.dst.buffer)):
+        if not (supports(target, TMA_STORE) and supports(target, MBARRIER_TX)) \
+                or not (is_shared(self.src.buffer) and is_global(self.dst.buffer)):
             return False
         if len(self.src.buffer.shape) != 2 or self.src.shape != [int(e) for e in self.src.buffer.shape]:
             return False
@@ -146,8 +154,7 @@ class CopyOp(TileOp):
             return None
         rows, cols = shape[-2:]
         bits = tvm.DataType(str(buf.dtype)).bits
-        arch, specific = compute_capability(target)
-        if target is not None and arch >= 90 and specific and wgmma_swizzle_bytes(rows, cols, bits):
+        if target is not None and supports(target, WGMMA) and wgmma_swizzle_bytes(rows, cols, bits):
             lay = make_wgmma_operand_layout(rows, cols, bits)
         elif swizzle_applicable(rows, cols, bits):
             lay = make_swizzled_layout(rows, cols, bits)
@@ -251,6 +258,8 @@ class CopyOp(TileOp):
         vec = pick_vector(self.extents, ctx.threads, bits, accesses, ctx.analyzer, bind)
         use_async = (self.is_async and is_global(sb) and is_shared(db) and str(sb.dtype) == str(db.dtype)
                      and vec * tvm.DataType(str(sb.dtype)).bits // 8 in (4, 8, 16))
+        if self.is_async and not supports(ctx.target, CP_ASYNC):  # the pipeline's commit / wait need it too
+            raise TileOpError(unsupported_message(ctx.target, CP_ASYNC, f"{self.describe()} in a T.Pipelined loop"))
 
         def make(ix, gix):
             if use_async:
@@ -328,7 +337,7 @@ class CopyOp(TileOp):
         """Shared -> A-operand fragment with one ``ldmatrix.x4`` per 8 registers (None if `_ldmatrix_ok` fails):
         lane l of the warp points at row l % 16, column 8 * (l // 16) of the group's 16x16 tile."""
         frag = ctx.layout_map.get(self.dst.buffer)
-        if frag is None or not self._ldmatrix_ok(ctx, frag):
+        if frag is None or not supports(ctx.target, LDMATRIX) or not self._ldmatrix_ok(ctx, frag):
             return None
         t = ctx.thread_var
         lane = tirx.floormod(t, 32)

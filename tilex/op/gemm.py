@@ -1,7 +1,8 @@
 """`T.gemm`: C += A @ B on tensor cores, for B in shared memory, A in shared memory or in a register fragment
 (T.alloc_fragment, "rs"), and C in a register fragment.
 
-sm90 (sm_90a) path: warpgroup MMA, see gemm_wgmma.py. sm80+ path: each warp owns a (wm, wn) sub-tile of C; per
+sm90 (sm_90a) path: warpgroup MMA, see gemm_wgmma.py. sm80+ path (every target without wgmma, Blackwell
+included: `tilex.ir.hardware.ARCH_FEATURES`): each warp owns a (wm, wn) sub-tile of C; per
 16-wide k step it loads A and B with ``ldmatrix`` from swizzled shared memory (an A fragment is used in place) and
 issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate). Layout inference pins the swizzled shared layouts of
 the shared operands, the instruction's A register layout of an A fragment and the accumulator fragment of C at
@@ -15,6 +16,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
+from tilex.ir.hardware import LDMATRIX, MMA_SYNC, supports, unsupported_message
 from tilex.layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
 from tilex.op import gemm_wgmma
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
@@ -34,7 +36,10 @@ class GemmWarpPolicy(enum.IntEnum):
 def gemm_call(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False,
               k_pack=1, wg_wait=0):
     if k_pack != 1:
-        raise TileOpError("T.gemm: k_pack != 1 is not supported")
+        raise NotImplementedError(f"T.gemm(k_pack={k_pack!r}) is not supported by tilex (ROCm only)")
+    if wg_wait != 0:
+        raise NotImplementedError(f"T.gemm(wg_wait={wg_wait!r}) is not supported by tilex: it waits for its "
+                                  f"warpgroup MMAs itself")
     return tirx.call_intrin("handle", "tilex.gemm", to_region(A).to_call(READ), to_region(B).to_call(READ),
                             to_region(C).to_call(READ_WRITE), int(bool(transpose_A)), int(bool(transpose_B)),
                             int(policy), int(bool(clear_accum)))
@@ -135,6 +140,7 @@ class GemmOp(TileOp):
             if a_frag:
                 out[self.A.buffer] = gemm_wgmma.a_fragment_layout(self, wg)
             return out
+        self._require_mma_sync(ctx.target)
         out = {}
         if a_frag:
             out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn)
@@ -154,7 +160,15 @@ class GemmOp(TileOp):
         wg = gemm_wgmma.plan(self, ctx.threads, ctx.target)
         if wg is not None:
             return tirx.SeqStmt(self._clear(ctx) + gemm_wgmma.lower(self, ctx, wg))
+        self._require_mma_sync(ctx.target)
         return self._lower_mma(ctx, wm_n, wn_n)
+
+    def _require_mma_sync(self, target):
+        """The path without wgmma needs mma.sync and ldmatrix (sm_80+; also sm_90 without 'a' and Blackwell, whose
+        native tcgen05 MMA tilex does not emit)."""
+        for feature in (MMA_SYNC, LDMATRIX):
+            if not supports(target, feature):
+                raise TileOpError(unsupported_message(target, feature, self.describe()))
 
     def _clear(self, ctx):
         if not self.clear_accum:

@@ -1,9 +1,9 @@
 """The sm90 half of T.gemm: warpgroup MMA (``wgmma.mma_async``), B read from shared memory, A from shared memory
 or from a register fragment (the "rs" form).
 
-Selected by `GemmOp` on sm_90a targets when the block is whole warpgroups and the tiles fit (see `plan`). Each
-warpgroup owns a (wm, wn) slab of C; per 16-wide k step it issues one ``m64nNk16`` per 64 rows (N <= 256 per
-instruction). Shared operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
+Selected by `GemmOp` on targets with wgmma (sm_90a only) when the block is whole warpgroups and the tiles fit
+(see `plan`). Each warpgroup owns a (wm, wn) slab of C; per 16-wide k step it issues one ``m64nNk16`` per 64 rows
+(N <= 256 per instruction). Shared operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
 (transposed in the instruction) as the program stores them; an A fragment gets the wgmma A register layout
 (`make_wgmma_a_fragment`, replicated over the warpgroups that split N).
 """
@@ -16,7 +16,7 @@ from tvm import tirx
 
 from tilex import config
 from tilex.ir import intrin
-from tilex.ir.hardware import compute_capability
+from tilex.ir.hardware import WGMMA, supports
 from tilex.ir.visit import storage_sync
 from tilex.layout import (make_wgmma_a_fragment, make_wgmma_accumulator_fragment, make_wgmma_operand_layout,
                           wgmma_swizzle_bytes)
@@ -35,9 +35,10 @@ class WgmmaPlan:
 
 
 def plan(op, threads, target):
-    """A WgmmaPlan if T.gemm `op` can run on wgmma for this block/target, else None (mma.sync is used)."""
-    arch, arch_specific = compute_capability(target)
-    if arch < 90 or not arch_specific or config.get("disable_wgmma", False):
+    """A WgmmaPlan if T.gemm `op` can run on wgmma for this block/target, else None (mma.sync is used). wgmma
+    exists on sm_90a only (`tilex.ir.hardware.WGMMA`): sm_90 without 'a' and Blackwell (sm_100a, sm_120a, ...)
+    take the mma.sync path."""
+    if not supports(target, WGMMA) or config.get("disable_wgmma", False):
         return None
     a_ok = is_shared(op.A.buffer) or (is_fragment(op.A.buffer) and not op.trans_a)
     if threads % 128 or str(op.A.buffer.dtype) not in _TY or not (a_ok and is_shared(op.B.buffer)):

@@ -12,6 +12,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
+from tilex.ir.hardware import MBARRIER_TX, TMA_LOAD, supports, unsupported_message
 from tilex.layout import make_wgmma_operand_layout, wgmma_swizzle_bytes
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_global, is_shared
 from tilex.op.region import READ, WRITE, Region
@@ -80,6 +81,9 @@ class TmaLoadOp(TileOp):
         return {}
 
     def lower(self, ctx):
+        for feature in (TMA_LOAD, MBARRIER_TX):
+            if not supports(ctx.target, feature):
+                raise TileOpError(unsupported_message(ctx.target, feature, self.describe()))
         rows, cols, swz, elems = tma_box(self.dst)
         buf = self.dst.buffer
         want = self._layout()

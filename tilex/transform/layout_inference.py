@@ -17,6 +17,7 @@ from collections import deque
 from tvm import tirx
 
 from tilex.ir.names import ANNOTATE_OP, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR
+from tilex.ir.source import add_location, location, span_of
 from tilex.ir.visit import is_op_call, map_nodes
 from tilex.layout.codec import decode_call, encode
 from tilex.op.base import InferContext, InferLevel, LayoutConflictError, TileOpError, is_fragment
@@ -25,10 +26,26 @@ from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.op_collect import collect_tile_ops
 
 
-def infer_layouts(ops, threads, target=None, pinned=None):
-    """Run inference over `ops` (a list of TileOp). Returns {buffer: Layout | Fragment}."""
+def infer_layouts(ops, threads, target=None, pinned=None, spans=None):
+    """Run inference over `ops` (a list of TileOp). Returns {buffer: Layout | Fragment}.
+
+    `spans` (a list parallel to `ops`) gives where the user wrote each operator: an operator's error, or a conflict
+    it takes part in, names that place (its Python type is kept)."""
     ctx = InferContext(layout_map=dict(pinned or {}), threads=threads, target=target)
     origin = {b: "T.annotate_layout" for b in ctx.layout_map}
+    span_by_op = {id(op): span for op, span in zip(ops, spans or [])}
+
+    def described(op):
+        where = location(span_by_op.get(id(op)))
+        return f"{op.describe()} (at {where})" if where else op.describe()
+
+    def ask(op, level):
+        try:
+            return op.infer_layout(ctx, level)
+        except (ValueError, TypeError, NotImplementedError) as e:
+            add_location(e, span_by_op.get(id(op)))
+            raise
+
     users = {}
     for op in ops:
         for b in op.buffers():
@@ -40,31 +57,31 @@ def infer_layouts(ops, threads, target=None, pinned=None):
             have = ctx.layout_map.get(buf)
             if have is None:
                 ctx.layout_map[buf] = lay
-                origin[buf] = op.describe()
+                origin[buf] = described(op)
                 changed.append(buf)
             elif have is not lay and not have.is_equal(lay):
-                raise LayoutConflictError(
+                raise add_location(LayoutConflictError(
                     f"layout conflict on buffer '{buf.name}': {origin[buf]} requires {have}, but "
-                    f"{op.describe()} requires {lay}")
+                    f"{described(op)} requires {lay}"), span_by_op.get(id(op)))
         return changed
 
     def propagate(queue):
         queue = deque(queue)
         while queue:
             op = queue.popleft()
-            for buf in merge(op, op.infer_layout(ctx, InferLevel.COMMON)):
+            for buf in merge(op, ask(op, InferLevel.COMMON)):
                 queue.extend(u for u in users.get(buf, []) if u is not op)
 
     for op in ops:
-        merge(op, op.infer_layout(ctx, InferLevel.STRICT))
+        merge(op, ask(op, InferLevel.STRICT))
     propagate(ops)
     for op in sorted(ops, key=lambda o: o.free_rank):  # stable: program order within a rank
-        changed = merge(op, op.infer_layout(ctx, InferLevel.FREE))
+        changed = merge(op, ask(op, InferLevel.FREE))
         propagate([u for b in changed for u in users.get(b, []) if u is not op] + [op])
 
     for buf, ops_using in users.items():
         if is_fragment(buf) and buf not in ctx.layout_map:
-            names = ", ".join(o.describe() for o in ops_using)
+            names = ", ".join(described(o) for o in ops_using)
             raise TileOpError(f"could not infer a layout for fragment '{buf.name}' (used by {names})")
     return ctx.layout_map
 
@@ -78,9 +95,10 @@ def layout_inference(func, target=None):
     if not found:
         return func
     ops = [op for _, op in found]
+    spans = [span_of(getattr(stmt, "value", None), stmt) for stmt, _ in found]
     pinned, body = _take_annotations(func.body)
     func = func.with_body(body)
-    layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned)
+    layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned, spans=spans)
     loop_layouts = {}
     for stmt, op in found:
         if isinstance(op, ParallelOp) and op.loop_layout is not None:
@@ -116,7 +134,8 @@ def _annotate_loops(body, loop_layouts):
             return loop
         ann = dict(loop.annotations)
         ann[LOOP_LAYOUT_ATTR] = encode(lay)
-        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann)
+        return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, loop.body, loop.thread_binding, ann,
+                        span=loop.span)
 
     return map_nodes(body, (tirx.For, on_for), order="pre")
 

@@ -15,6 +15,7 @@ from tvm import tirx
 from tilex.ir import intrin
 from tilex.ir.hardware import compute_capability
 from tilex.ir.names import ASYNC_MMA_SCOPE, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR, USE_SWIZZLE_OP
+from tilex.ir.source import add_location, span_of
 from tilex.ir.visit import BufferLoadNode, map_nodes, mutate, seq_items, walk
 from tilex.layout.codec import decode
 from tilex.op.atomic import expose_shared_atomics
@@ -67,14 +68,14 @@ def lower_tile_ops(func, target=None):
         if op is None:
             _check_not_tile_op(node.value)
             return node
-        return op.lower(ctx)
+        return _lower_located(op, ctx, span_of(node.value, node))
 
     def on_for(node, m):
         if is_parallel_nest(node):
             op = ParallelOp(node)
             if LOOP_LAYOUT_ATTR in node.annotations:
                 op.loop_layout = decode(node.annotations[LOOP_LAYOUT_ATTR])
-            return op.lower(ctx)
+            return _lower_located(op, ctx, span_of(node))
         ctx.analyzer.bind(node.loop_var, tvm.ir.Range.from_min_extent(node.min, node.extent), allow_override=True)
         body = m.mutate(node.body)
         if body.same_as(node.body):
@@ -117,26 +118,35 @@ def lower_tile_ops(func, target=None):
     return func
 
 
+def _lower_located(op, ctx, span):
+    """`op.lower(ctx)`; an error it raises names where the user wrote the operator (`span`), keeping its type."""
+    try:
+        return op.lower(ctx)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        add_location(e, span)
+        raise
+
+
 def _remap_leftover_accesses(body, ctx):
     """Accesses written by the user outside tile ops (e.g. ``A_s[i, j]`` in a serial loop) go through layouts."""
 
-    def check(buf):
+    def check(buf, node):
         if is_fragment(buf):
             lay = ctx.layout_map[buf]
             if not (lay.replicate >= ctx.threads):
-                raise TileOpError(
+                raise add_location(TileOpError(
                     f"fragment '{buf.name}' is accessed outside T.Parallel/tile operators; only a fully replicated "
-                    f"fragment can be (use T.alloc_local for per-thread data)")
+                    f"fragment can be (use T.alloc_local for per-thread data)"), span_of(node))
 
     def on_load(n):
         if n.source in ctx.remap:
-            check(n.source)
+            check(n.source, n)
             return ctx.load(n.source, list(n.indices))
         return n
 
     def on_store(n):
         if n.buffer in ctx.remap:
-            check(n.buffer)
+            check(n.buffer, n)
             return ctx.store(n.buffer, n.value, list(n.indices))
         return n
 
@@ -148,8 +158,8 @@ def _check_not_tile_op(value):
     CUDA code generator as an unknown call: say so here."""
     if isinstance(value, tvm.ir.Call) and isinstance(value.op, tvm.ir.Op) and value.op.name.startswith("tilex.") \
             and value.op.name not in _MARKERS_AFTER_LOWERING:
-        raise TileOpError(f"'{value.op.name}' is not a registered tile operator (is its module imported by "
-                          f"tilex/op/__init__.py?): {value}")
+        raise add_location(TileOpError(f"'{value.op.name}' is not a registered tile operator (is its module "
+                                       f"imported by tilex/op/__init__.py?): {value}"), span_of(value))
 
 
 def _is_group_seam(items):

@@ -33,7 +33,7 @@ from tvm import tirx
 
 from tilex import config, env
 from tilex.ir import intrin
-from tilex.ir.hardware import num_sms
+from tilex.ir.hardware import CLUSTERS, TMA_MULTICAST, num_sms, supports
 from tilex.ir.names import WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO
 from tilex.ir.visit import map_nodes, seq_items, substitute, walk
 from tilex.transform.hopper import clusters
@@ -95,7 +95,7 @@ def persistent_tiles(func, target=None):
     plan = _plan(func, attrs, target)
     if plan is None:
         body = _resolve_base(func.body, lambda a: tirx.const(0, "int32"))
-        rows = clusters.row_cluster_plan(body)
+        rows = clusters.row_cluster_plan(body) if _multicast_ok(target) else None
         if rows is None:
             return func.with_body(body)
         return func.with_body(_replace_launch(body, rows.chain[0], clusters.rewrite_row_cluster(rows)))
@@ -105,6 +105,15 @@ def persistent_tiles(func, target=None):
 
 def _replace_launch(body, outer, new_launch):
     return map_nodes(body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(outer) else n), order="pre")
+
+
+def _arch(target):
+    return env.target_arch(target) if target is not None else env.DEFAULT_ARCH
+
+
+def _multicast_ok(target):
+    """Whether blocks may run in clusters that multicast TMA loads on `target` (`tilex.ir.hardware`)."""
+    return supports(_arch(target), CLUSTERS) and supports(_arch(target), TMA_MULTICAST)
 
 
 def _plan(func, attrs, target):
@@ -127,8 +136,7 @@ def _plan(func, attrs, target):
     block_vars = {tags[t].node.var for t in ("blockIdx.x", "blockIdx.y") if t in tags}
     if any(clusters.free_vars(a.value) & block_vars for a in attrs):
         return None
-    arch = env.target_arch(target) if target is not None else env.DEFAULT_ARCH
-    sms = int(config.get("num_sms", 0) or num_sms(arch))
+    sms = int(config.get("num_sms", 0) or num_sms(_arch(target)))
     slots = sms * _blocks_per_sm(func.body)
     tiles = extents["blockIdx.x"] * extents["blockIdx.y"]
     if tiles <= slots:
@@ -140,7 +148,7 @@ def _plan(func, attrs, target):
     # never shares bytes with a stage; tests/transform/test_persistent_tiles.py checks the offsets)
     grid = min(slots, tiles)
     # clusters need a grid of whole clusters: drop the few slots left over
-    asked = clusters.persistent_cluster_size()
+    asked = clusters.persistent_cluster_size() if _multicast_ok(target) else 1
     size = clusters.tile_group_size(split[0].then_case, tags, extents, find_markers(func.body),
                                     grid - grid % asked, asked)
     grid -= grid % size

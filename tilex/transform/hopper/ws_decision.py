@@ -1,9 +1,11 @@
 """Whether a pipelined loop is warp-specialized: decided once, before InjectSoftwarePipeline builds any loop.
 
 A top-level ``T.Pipelined`` loop with a derived schedule is built as a TMA producer warpgroup + wgmma consumer
-warpgroups (:mod:`.ws_loops`) when, on sm_90a: warp specialization and TMA are not disabled, the block is whole
-warpgroups with room for one more (threads % 128 == 0, threads + 128 <= 1024), a consumer is a wgmma gemm that
-may stay in flight, every producer copy is TMA-able, and the producer can compute its copies' coordinates
+warpgroups (:mod:`.ws_loops`) when: the target has everything the split emits (:data:`WS_FEATURES`: TMA loads,
+mbarrier transaction counts, setmaxnreg, wgmma -- sm_90a only, `tilex.ir.hardware.ARCH_FEATURES`), warp
+specialization and TMA are not disabled, the block is whole warpgroups with room for one more
+(threads % 128 == 0, threads + 128 <= 1024), a consumer is a wgmma gemm that may stay in flight, every producer
+copy is TMA-able and not written ``T.copy(..., disable_tma=True)``, and the producer can compute its copies' coordinates
 itself. The producer runs none of the consumers' statements: a coordinate may read a local variable only if it is
 a scalar bound once at the top of the kernel (``bx = b1``, whose value the producer is given; see
 :func:`kernel_scalars`). Otherwise the loop stays on the cp.async pipeline, where every thread copies.
@@ -14,6 +16,7 @@ import tvm
 from tvm import tirx
 
 from tilex import config
+from tilex.ir.hardware import MBARRIER_TX, SETMAXNREG, TMA_LOAD, WGMMA, supports
 from tilex.ir.names import REGION_OP
 from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, seq_items, walk
 from tilex.op.region import WRITE
@@ -21,16 +24,27 @@ from tilex.op.tma_load import tma_eligible
 
 LOCAL_SCOPES = ("local", "local.fragment")
 
+#: What a warp-specialized loop emits: TMA producer loads on mbarriers with transaction counts, register
+#: reallocation between the roles, wgmma consumers.
+WS_FEATURES = (TMA_LOAD, MBARRIER_TX, SETMAXNREG, WGMMA)
+
+
+def target_allows_warp_specialization(target) -> bool:
+    """Whether `target` has every feature of :data:`WS_FEATURES`."""
+    return all(supports(target, f) for f in WS_FEATURES)
+
 
 def warp_specializable(ctx, loop, plan) -> bool:
     """Whether `loop` (with its derived `plan`, in the kernel of pipelining context `ctx`) is warp-specialized."""
     if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
         return False
+    if not target_allows_warp_specialization(ctx.target):
+        return False
     if ctx.threads is None or loop not in ctx.top_level or not ctx.async_consumer(plan.consumers):
         return False
     if ctx.threads % 128 or ctx.threads + 128 > 1024:
         return False
-    if not all(tma_eligible(op.src, op.dst) for _, op in plan.producers):
+    if not all(tma_eligible(op.src, op.dst) and not getattr(op, "disable_tma", False) for _, op in plan.producers):
         return False
     return not consumer_locals_read_by_producer(ctx.root, loop, plan)
 

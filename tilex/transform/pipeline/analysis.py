@@ -121,9 +121,10 @@ def retarget(stmt, bufmap, stage):
 
 
 def make_async(stmt):
-    """The copy statement `stmt` as an asynchronous (cp.async) copy."""
+    """The copy statement `stmt` as an asynchronous (cp.async) copy (its other flags, e.g. disable_tma, kept)."""
     call = stmt.value
-    return tirx.Evaluate(tirx.call_intrin("handle", CopyOp.op_name, call.args[0], call.args[1], 1))
+    return tirx.Evaluate(tirx.call_intrin("handle", CopyOp.op_name, call.args[0], call.args[1], 1, *call.args[3:],
+                                          span=call.span), span=stmt.span)  # errors name the user's line
 
 
 def strip_annotations(loop):
