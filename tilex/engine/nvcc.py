@@ -229,9 +229,26 @@ def _current_arch() -> str:
     return env.target_arch(None)
 
 
+_hook_state = threading.local()
+
+
 def _cuda_compile_hook(code, *_unused):
     # TVM's C++ side calls this with one argument today; accept extra ones for forward compatibility.
-    return compile_cuda(str(code), _current_arch())
+    _hook_state.error = None
+    try:
+        return compile_cuda(str(code), _current_arch())
+    except TilexCompileError as e:
+        # tvm_ffi turns an exception raised in a callback into a plain RuntimeError: keep the original for
+        # `take_hook_error`, so that the engine can give the user the TilexCompileError itself
+        _hook_state.error = e
+        raise
+
+
+def take_hook_error() -> TilexCompileError | None:
+    """The TilexCompileError the CUDA compile callback raised last in this thread (once), if any."""
+    err = getattr(_hook_state, "error", None)
+    _hook_state.error = None
+    return err
 
 
 def add_common_include(code: str) -> str:

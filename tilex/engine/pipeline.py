@@ -21,7 +21,7 @@ from tvm import s_tir, tirx
 from tvm.tirx import compilation_pipeline as cp
 
 from tilex import config
-from tilex.engine import nvcc  # noqa: F401 - registers TVM's CUDA compile / post-processing callbacks
+from tilex.engine import nvcc  # registers TVM's CUDA compile / post-processing callbacks on import
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.shared_memory import shared_usage
 from tilex.ir.source import backtrace_requested, is_located
@@ -151,6 +151,9 @@ def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | N
         try:
             return tvm.compile(mod, target=target, tir_pipeline=PIPELINE_NAME)
         except Exception as e:  # noqa: BLE001 - our check raised inside TVM's pass manager: give it back as is
+            nvcc_error = nvcc.take_hook_error()
+            if nvcc_error is not None:  # nvcc rejected the CUDA inside TVM's compile callback
+                raise nvcc_error from None
             msg = str(e)
             if SHARED_ERROR in msg:
                 raise ValueError(msg[msg.index(SHARED_ERROR):].splitlines()[0]) from None
