@@ -15,9 +15,7 @@ import tvm
 import tilex.language as T
 from tilex.engine import lower_to_tir
 from tilex.ir.source import TileScriptError
-from tilex.op.base import LayoutConflictError, TileOpError
-from tilex.transform.layout_inference import layout_inference
-from tilex.transform.pipeline.inject import inject_pipeline
+from tilex.op.base import TileOpError
 
 SM80 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
 
@@ -126,26 +124,6 @@ def test_parse_error_type_and_message():
         def g(A: T.Tensor((128,), "float32")):
             with T.Kernel(1, threads=128) as bx:
                 A[0] = not_defined_anywhere  # noqa: F821
-
-
-def test_layout_conflict_names_both_operators_lines():
-    @T.prim_func
-    def f(A: T.Tensor((128, 32), "float16"), B: T.Tensor((32, 128), "float16")):
-        with T.Kernel(1, threads=128) as bx:
-            A_s = T.alloc_shared((128, 32), "float16")
-            B_s = T.alloc_shared((32, 128), "float16")
-            C_l = T.alloc_fragment((128, 128), "float32")
-            T.copy(A[0, 0], A_s)
-            T.copy(B[0, 0], B_s)
-            T.gemm(A_s, B_s, C_l)  # first gemm
-            T.gemm(A_s, B_s, C_l, policy=T.GemmWarpPolicy.FullRow)  # second gemm
-
-    with pytest.raises(LayoutConflictError) as ei:
-        layout_inference(inject_pipeline(f))
-    msg = str(ei.value)
-    first, second = _here("# first gemm"), _here("# second gemm")
-    assert re.search(rf"\(at {first}\) requires .* \(at {second}\) requires", msg), msg
-    assert re.search(rf"--> {second}:\d+\n", msg) and "# second gemm" in msg, msg
 
 
 def test_lowering_error_of_a_parallel_loop_names_its_line():

@@ -1,4 +1,6 @@
 """Layout inference on small programs: the layouts chosen, propagation, and the conflict error."""
+import re
+
 import pytest
 
 import tilex.language as T
@@ -66,11 +68,18 @@ def test_conflicting_layouts_are_reported():
             C_l = T.alloc_fragment((128, 128), "float32")
             T.copy(A[0, 0], A_s)
             T.copy(B[0, 0], B_s)
-            T.gemm(A_s, B_s, C_l)
-            T.gemm(A_s, B_s, C_l, policy=T.GemmWarpPolicy.FullRow)
+            T.gemm(A_s, B_s, C_l)  # first gemm
+            T.gemm(A_s, B_s, C_l, policy=T.GemmWarpPolicy.FullRow)  # second gemm
 
-    with pytest.raises(LayoutConflictError, match="C_l"):
+    with pytest.raises(LayoutConflictError, match="C_l") as ei:
         infer(f)
+    # both operators named with the line the user wrote them on, and a caret block at the second
+    msg = str(ei.value)
+    lines = open(__file__).read().splitlines()
+    first, second = (f"{re.escape(__file__)}:{next(n for n, t in enumerate(lines, 1) if t.endswith(c))}"
+                     for c in ("# first gemm", "# second gemm"))
+    assert re.search(rf"\(at {first}\) requires .* \(at {second}\) requires", msg), msg
+    assert re.search(rf"--> {second}:\d+\n", msg) and "# second gemm" in msg, msg
 
 
 def test_unsupported_gemm_dtype_is_reported():
