@@ -40,6 +40,7 @@ def _resources_of(runs) -> KernelResources:
         funcs.update(parse_ptxas(run.output, run.arch).functions)
     return KernelResources(funcs)
 
+
 def _build(func, target, pass_configs):
     with target:
         return engine.build(func, target, pass_configs)

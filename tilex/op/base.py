@@ -69,7 +69,6 @@ class LowerContext:
     target: object
     analyzer: object
     remap: dict  # logical buffer -> physical (flattened / per-thread) buffer
-    arch: int = 80
     lane_vars: list = field(default_factory=list)  # vector-lane loop vars created by the partitioner
     async_mma: int = 0  # 1: inside a pipelined loop whose wgmma may stay in flight; 2: warp-specialized consumer
     host_init: list = field(default_factory=list)  # host statements (tensor maps) to run before the launch

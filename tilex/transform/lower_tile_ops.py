@@ -13,7 +13,6 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.hardware import compute_capability
 from tilex.ir.names import ASYNC_MMA_SCOPE, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR, USE_SWIZZLE_OP
 from tilex.ir.source import add_location, span_of
 from tilex.ir.visit import BufferLoadNode, map_nodes, mutate, seq_items, walk
@@ -56,9 +55,8 @@ def lower_tile_ops(func, target=None):
     enc = func.attrs.get(LAYOUT_MAP_ATTR) if func.attrs is not None else None
     layout_map = {b: decode(v) for b, v in enc.items()} if enc is not None else {}
     remap = _physical_buffers(_allocated_buffers(func.body), layout_map)
-    arch = compute_capability(target)[0]
     ctx = LowerContext(layout_map=layout_map, thread_var=info.thread_var, threads=info.threads, target=target,
-                       analyzer=tvm.sym.Analyzer(), remap=remap, arch=arch)
+                       analyzer=tvm.sym.Analyzer(), remap=remap)
     ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)
     for var, ext in info.block_extents.items():
         ctx.analyzer.bind(var, tvm.ir.Range(0, ext), allow_override=True)
