@@ -71,6 +71,46 @@ __device__ __forceinline__ void tma_load_2d(void* smem, uint64_t tensor_map, voi
 #endif
 }
 
+// 3-d, 4-d and 5-d tensor-map loads of one box (coordinates innermost dimension first), completing on the barrier
+// like tma_load_2d.
+__device__ __forceinline__ void tma_load_3d(void* smem, uint64_t tensor_map, void* bar, int c0, int c1, int c2) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(smem_addr(smem)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
+#endif
+}
+
+__device__ __forceinline__ void tma_load_4d(void* smem, uint64_t tensor_map, void* bar, int c0, int c1, int c2,
+                                            int c3) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6}], [%2];\n" ::"r"(smem_addr(smem)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
+#endif
+}
+
+__device__ __forceinline__ void tma_load_5d(void* smem, uint64_t tensor_map, void* bar, int c0, int c1, int c2,
+                                            int c3, int c4) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\n" ::"r"(smem_addr(smem)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
+#endif
+}
+
 // The same box multicast into the shared memory of every CTA of the cluster named in `cta_mask` (same offsets),
 // completing `bytes` on each one's barrier at the offset of `bar`.
 __device__ __forceinline__ void tma_load_2d_multicast(void* smem, uint64_t tensor_map, void* bar, int c0, int c1,
@@ -166,6 +206,16 @@ __device__ __forceinline__ void reg_dealloc() {
 // Barrier among the first `nthreads` threads only (barrier 1; barrier 0 is __syncthreads).
 __device__ __forceinline__ void named_barrier_sync(int nthreads) {
   asm volatile("bar.sync 1, %0;\n" ::"r"(nthreads) : "memory");
+}
+
+// Wait on named barrier `id` until `nthreads` threads have arrived or waited on it (the caller counts).
+__device__ __forceinline__ void named_barrier_wait(int id, int nthreads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
+}
+
+// Arrive on named barrier `id` (of `nthreads` threads) without waiting.
+__device__ __forceinline__ void named_barrier_arrive(int id, int nthreads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(nthreads) : "memory");
 }
 
 }  // namespace tilex

@@ -46,12 +46,20 @@ MBAR_WAIT = "tilex::mbar_wait"
 MBAR_ARRIVE = "tilex::mbar_arrive"
 MBAR_ARRIVE_CLUSTER = "tilex::mbar_arrive_cluster"
 MBAR_ARRIVE_EXPECT_TX = "tilex::mbar_arrive_expect_tx"
+SYNCWARP = "__syncwarp"  # (a CUDA builtin)
 TMA_LOAD_2D = "tilex::tma_load_2d"
 TMA_LOAD_2D_MULTICAST = "tilex::tma_load_2d_multicast"
+TMA_LOAD_3D = "tilex::tma_load_3d"
+TMA_LOAD_4D = "tilex::tma_load_4d"
+TMA_LOAD_5D = "tilex::tma_load_5d"
+#: the N-d tensor-map loads by rank (rank 2: TMA_LOAD_2D); never multicast (transform/hopper/clusters.py)
+TMA_LOAD_ND = {3: TMA_LOAD_3D, 4: TMA_LOAD_4D, 5: TMA_LOAD_5D}
 TMA_STORE_2D = "tilex::tma_store_2d"
 BULK_COMMIT = "tilex::bulk_commit"
 BULK_WAIT_READ = "tilex::bulk_wait_read"
 NAMED_BARRIER_SYNC = "tilex::named_barrier_sync"
+NAMED_BARRIER_WAIT = "tilex::named_barrier_wait"
+NAMED_BARRIER_ARRIVE = "tilex::named_barrier_arrive"
 CLUSTER_SYNC = "tilex::cluster_sync"
 REG_ALLOC = "tilex::reg_alloc"
 REG_DEALLOC = "tilex::reg_dealloc"
@@ -229,8 +237,28 @@ def mbar_arrive_expect_tx(bar_ptr, nbytes):
     return _stmt(MBAR_ARRIVE_EXPECT_TX, bar_ptr, nbytes)
 
 
+def syncwarp():
+    """``__syncwarp()``: the lanes of a warp reconverge (and their shared-memory accesses are ordered)."""
+    return _stmt(SYNCWARP)
+
+
 def tma_load_2d(dst_ptr, tmap_ptr, bar_ptr, col, row):
     return _stmt(TMA_LOAD_2D, dst_ptr, tmap_ptr, bar_ptr, col, row)
+
+
+def tma_load_3d(dst_ptr, tmap_ptr, bar_ptr, c0, c1, c2):
+    """A 3-d tensor-map box load; coordinates innermost dimension first."""
+    return _stmt(TMA_LOAD_3D, dst_ptr, tmap_ptr, bar_ptr, c0, c1, c2)
+
+
+def tma_load_4d(dst_ptr, tmap_ptr, bar_ptr, c0, c1, c2, c3):
+    """A 4-d tensor-map box load; coordinates innermost dimension first."""
+    return _stmt(TMA_LOAD_4D, dst_ptr, tmap_ptr, bar_ptr, c0, c1, c2, c3)
+
+
+def tma_load_5d(dst_ptr, tmap_ptr, bar_ptr, c0, c1, c2, c3, c4):
+    """A 5-d tensor-map box load; coordinates innermost dimension first."""
+    return _stmt(TMA_LOAD_5D, dst_ptr, tmap_ptr, bar_ptr, c0, c1, c2, c3, c4)
 
 
 def tma_load_2d_multicast(dst_ptr, tmap_ptr, bar_ptr, col, row, mask):
@@ -247,14 +275,22 @@ _SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}
 
 
 def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
-    """Host statements that bind `tmap` and encode it for `buffer` (2-d, row-major) with a (cols, rows) box; the
-    kernel gets `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store_2d`."""
-    rows, cols = (int(s) for s in buffer.shape)
+    """Host statements that bind `tmap` and encode it for `buffer` (rank 1..5, contiguous row-major) with the box
+    `box` (extents innermost dimension first, one per dimension: (cols, rows) for a 2-d buffer); the kernel gets
+    `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store_2d` (rank 2) or
+    :func:`tma_load_3d` .. :func:`tma_load_5d`."""
+    dims = [int(s) for s in reversed(buffer.shape)]  # innermost first
+    if len(box) != len(dims) or not 1 <= len(dims) <= 5:
+        raise ValueError(f"encode_tensor_map: a {len(box)}-d box for a {len(dims)}-d buffer {buffer.name}")
     bytes_per = tvm.DataType(str(buffer.dtype)).bits // 8
+    strides, step = [], bytes_per
+    for d in dims[:-1]:  # byte strides of dims 1 .. rank-1
+        step *= d
+        strides.append(step)
     return [tirx.Bind(tmap, tirx_op.tvm_stack_alloca("tensormap", 1)),
             tirx.Evaluate(tirx_op.tensormap_encode_tiled(
-                tmap, buffer.data, cols, rows, cols * bytes_per, box[0], box[1], 1, 1,
-                descriptor_dtype=str(buffer.dtype), rank=2, swizzle=_SWIZZLE_ENUM[swizzle_bytes]))]
+                tmap, buffer.data, *dims, *strides, *(int(b) for b in box), *([1] * len(dims)),
+                descriptor_dtype=str(buffer.dtype), rank=len(dims), swizzle=_SWIZZLE_ENUM[swizzle_bytes]))]
 
 
 def bulk_commit():
@@ -269,6 +305,16 @@ def bulk_wait_read(n):
 def named_barrier_sync(threads):
     """Barrier over `threads` threads (the consumer warpgroups of a warp-specialized kernel)."""
     return _stmt(NAMED_BARRIER_SYNC, threads)
+
+
+def named_barrier_wait(bar_id, threads):
+    """Wait on named barrier `bar_id` until `threads` threads have arrived or waited."""
+    return _stmt(NAMED_BARRIER_WAIT, bar_id, threads)
+
+
+def named_barrier_arrive(bar_id, threads):
+    """Count this thread on named barrier `bar_id` (of `threads` threads) and go on."""
+    return _stmt(NAMED_BARRIER_ARRIVE, bar_id, threads)
 
 
 def cluster_sync():

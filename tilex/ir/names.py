@@ -37,9 +37,14 @@ LAYOUT_MAP_ATTR = "tilex.layout_map"
 LOOP_LAYOUT_ATTR = "tilex.loop_layout"
 
 # ---- pipelines and warp specialization ---------------------------------------------------------------------------
-#: AttrStmt around a pipelined wgmma gemm (value 1: cp.async pipeline, 2: warp-specialized consumer):
+#: AttrStmt around a pipelined wgmma gemm (value ASYNC_MMA_CP_ASYNC, ASYNC_MMA_WS or ASYNC_MMA_WS_SYNC):
 #: transform.pipeline writes, transform.lower_tile_ops reads (LowerContext.async_mma for op.gemm_wgmma).
 ASYNC_MMA_SCOPE = "tilex.async_mma"
+#: Values of ASYNC_MMA_SCOPE: left in flight in a cp.async pipeline; left in flight in a warp-specialized consumer
+#: (operands written by TMA only); completed before the next statement in a warp-specialized consumer whose
+#: shared operands are TMA stages or tiles written before the loop (fenced and synchronized once before it); the
+#: same but only issued, a later wait completes it (transform.hopper.ws_groups).
+ASYNC_MMA_CP_ASYNC, ASYNC_MMA_WS, ASYNC_MMA_WS_SYNC, ASYNC_MMA_WS_DEFER = 1, 2, 3, 4
 #: AttrStmt around the mbarrier initialization, hoisted before the role split: transform.hopper.ws_loops writes,
 #: transform.hopper.warp_specialize reads.
 WS_INIT = "tilex.ws_init"

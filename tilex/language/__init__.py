@@ -17,6 +17,21 @@ from tilex.language.tileop import (GemmWarpPolicy, clear, copy, fill, gemm, redu
 Tensor = Buffer  # TileLang spells parameter annotations T.Tensor
 
 
+def SharedBuffer(shape, dtype="float32"):  # noqa: N802 - TileLang's spelling
+    """A `T.macro` parameter annotation for a shared-memory tile (as TileLang writes them)."""
+    return Buffer(shape, dtype, scope="shared.dyn")
+
+
+def FragmentBuffer(shape, dtype="float32"):  # noqa: N802
+    """A `T.macro` parameter annotation for a register fragment."""
+    return Buffer(shape, dtype, scope="local.fragment")
+
+
+def LocalBuffer(shape, dtype="float32"):  # noqa: N802
+    """A `T.macro` parameter annotation for a per-thread local array."""
+    return Buffer(shape, dtype, scope="local")
+
+
 def ceildiv(a, b, span=None):
     """Ceiling division for ints and TIR expressions (`b` must be positive when it is a constant; `span` is
     accepted for TileLang's signature and not used)."""

@@ -75,7 +75,8 @@ class LowerContext:
     tensor_maps: dict = field(default_factory=dict)
 
     def tensor_map(self, buffer, box, swizzle_bytes):
-        """The (host-encoded) TMA tensor map of a 2-d global buffer for a (cols, rows) box."""
+        """The (host-encoded) TMA tensor map of a global buffer (rank 1..5) for `box`, one extent per dimension,
+        innermost first ((cols, rows) for a 2-d buffer); maps differing in box or swizzle are distinct."""
         key = (buffer, tuple(box), swizzle_bytes)
         if key not in self.tensor_maps:
             tmap = tirx.Var(f"{buffer.name}_tmap{len(self.tensor_maps)}", script_tirx.handle("tensormap").ty)

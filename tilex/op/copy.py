@@ -84,6 +84,8 @@ class CopyOp(TileOp):
             return False
         if len(self.src.buffer.shape) != 2 or self.src.shape != [int(e) for e in self.src.buffer.shape]:
             return False
+        if len(self.dst.buffer.shape) != 2:  # TMA stores encode 2-d maps only (tma_eligible accepts rank 2..5)
+            return False
         return tma_eligible(self.dst, self.src)
 
     def _tma_layout(self):

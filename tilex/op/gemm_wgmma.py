@@ -17,6 +17,7 @@ from tvm import tirx
 from tilex import config
 from tilex.ir import intrin
 from tilex.ir.hardware import WGMMA, supports
+from tilex.ir.names import ASYNC_MMA_CP_ASYNC, ASYNC_MMA_WS, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC
 from tilex.ir.visit import storage_sync
 from tilex.layout import (make_wgmma_a_fragment, make_wgmma_accumulator_fragment, make_wgmma_operand_layout,
                           wgmma_swizzle_bytes)
@@ -125,7 +126,7 @@ def lower(op, ctx, p: WgmmaPlan):
         buf, idx = ctx.physical_index(region.buffer, region.index(coord))
         # a warp-specialized consumer reads stages that only TMA writes (ordered by mbarriers): its pointer must not
         # count as a generic read, or TVM's ThreadSync wants barriers inside the consumer's branch
-        mask = 0 if ctx.async_mma == 2 else "r"
+        mask = 0 if ctx.async_mma in (ASYNC_MMA_WS, ASYNC_MMA_WS_SYNC, ASYNC_MMA_WS_DEFER) else "r"
         ptr = buf.access_ptr(mask, offset=ctx.analyzer.simplify(idx[0]), extent=1)
         lbo = 16 if k_major else rows * swz  # MN-major: the next plane of the contiguous dimension
         return intrin.wgmma_desc(ptr, lbo, 8 * swz, swz)
@@ -149,13 +150,19 @@ def lower(op, ctx, p: WgmmaPlan):
     body = tirx.For(mb, 0, p.wm // 64, tirx.ForKind.UNROLLED, body)
     body = tirx.For(ki, 0, op.K // 16, tirx.ForKind.UNROLLED, body)
     sync = storage_sync("shared")
+    if ctx.async_mma in (ASYNC_MMA_WS_SYNC, ASYNC_MMA_WS_DEFER):
+        # operands ordered by the stage's mbarrier or by the barrier before the loop: no barrier here, so the
+        # consumer warpgroups run independently (one's softmax overlaps another's MMAs); a deferred gemm is
+        # completed by the wait of the next gemm (transform.hopper.ws_groups)
+        wait = [intrin.wgmma_wait(0)] if ctx.async_mma == ASYNC_MMA_WS_SYNC else []
+        return [intrin.wgmma_fence(), body, intrin.wgmma_commit(), *wait]
     if ctx.async_mma:
         # in a software pipeline that fenced and synchronized the landed stage already: leave this k-tile's MMAs
         # in flight and wait for the previous one only; with several warpgroups, a barrier makes sure every
         # warpgroup finished reading the stage the pipeline refills next. Not with A in registers: the next
         # iteration rewrites them, which the PTX ISA allows only once the wgmma reading them has completed.
         tail = [intrin.wgmma_commit(), intrin.wgmma_wait(0 if a_in_regs else 1)]
-        if ctx.threads > 128 and ctx.async_mma == 1:  # (warp-specialized loops release stages per warp instead)
+        if ctx.threads > 128 and ctx.async_mma == ASYNC_MMA_CP_ASYNC:  # (warp-specialized loops release stages per warp instead)
             tail.append(sync)
         return [intrin.wgmma_fence(), body] + tail
     # smem written by st.shared / cp.async must be fenced into the async proxy before the barrier wgmma waits on;

@@ -2,7 +2,8 @@
 
 Created by the software-pipelining pass for warp-specialized loops (users keep writing ``T.copy``). The shared
 tile must carry a wgmma operand layout (`tilex.layout.wgmma`): each swizzle plane of it is one TMA box (E columns
-by all rows, E = one swizzle row), loaded with the matching hardware swizzle, so data lands exactly where the
+by all rows, E = one swizzle row; for a global tensor of rank 3..5 the box is 1 in the dimensions other than the
+tile's rows and columns, `tma_box_dims`), loaded with the matching hardware swizzle, so data lands exactly where the
 layout says. Out-of-bounds parts of a box read as zero. The tensor map is encoded by the host code before launch
 (`LowerContext.tensor_map`, `tilex.ir.intrin.encode_tensor_map`).
 """
@@ -32,24 +33,59 @@ def tma_box(dst: Region):
     return rows, cols, s, s * 8 // bits
 
 
+def tma_rows_dim(src: Region):
+    """The dimension of the global tensor that holds the rows of the tile `src` copies: the last dimension but one
+    for a 2-d tensor; for a higher-rank one the single dimension besides the last whose extent is not 1 (None when
+    there is no such single dimension)."""
+    ext = [int(x) for x in src.extents]
+    if len(ext) == 2:
+        return 0
+    others = [d for d, e in enumerate(ext[:-1]) if e != 1]
+    return others[0] if len(others) == 1 else None
+
+
 def tma_eligible(src: Region, dst: Region):
-    """Whether a global->shared tile copy can be a TMA load (static 2-d contiguous global tensor, 16-bit data,
-    16-byte aligned rows, a box that fits the hardware limits)."""
+    """Whether a global->shared tile copy can be a TMA load: a static, contiguous global tensor of rank 2..5 with
+    16-bit data and 16-byte aligned rows (every byte stride a multiple of 16), a box that fits the hardware limits,
+    and a copy region whose extents are 1 except in the last dimension (the tile's columns) and in one other
+    dimension (the tile's rows; for a 2-d tensor, the first)."""
     gb = src.buffer
-    if not (is_global(gb) and is_shared(dst.buffer)) or len(gb.shape) != 2 or str(gb.dtype) != str(dst.buffer.dtype):
+    rank = len(gb.shape)
+    if not (is_global(gb) and is_shared(dst.buffer)) or not 2 <= rank <= 5 or str(gb.dtype) != str(dst.buffer.dtype):
         return False
     if tvm.DataType(str(gb.dtype)).bits != 16 or any(not isinstance(s, tirx.IntImm) for s in gb.shape):
         return False
-    if int(gb.shape[1]) * 2 % 16:
-        return False
     if gb.strides is not None and len(gb.strides) > 0:
         return False
+    shape = [int(s) for s in gb.shape]
+    stride = 2
+    for d in reversed(shape[1:]):  # byte strides of dims rank-2 .. 0 (TMA: multiples of 16)
+        stride *= d
+        if stride % 16:
+            return False
     try:
         rows, cols, s, e = tma_box(dst)
     except TileOpError:
         return False
-    src_ext = [int(x) for x in src.extents if int(x) != 1]
-    return rows <= 256 and e <= 256 and cols % e == 0 and src_ext == [rows, cols]
+    if not (rows <= 256 and e <= 256 and cols % e == 0):
+        return False
+    ext = [int(x) for x in src.extents]
+    if rank == 2:
+        return [x for x in ext if x != 1] == [rows, cols]
+    rd = tma_rows_dim(src)
+    return rd is not None and ext[-1] == cols and ext[rd] == rows
+
+
+def tma_box_dims(src: Region, dst: Region):
+    """The TMA box of one swizzle plane of the copy `src` -> `dst`, one extent per dimension of the global tensor,
+    innermost first: the plane's columns, the tile's rows at the rows dimension (:func:`tma_rows_dim`), 1
+    elsewhere ((cols, rows) for a 2-d tensor)."""
+    rows, _, _, elems = tma_box(dst)
+    rank = len(src.buffer.shape)
+    box = [1] * rank
+    box[0] = elems
+    box[rank - 1 - tma_rows_dim(src)] = rows
+    return tuple(box)
 
 
 @register_tile_op("tilex.tma_load")
@@ -92,8 +128,8 @@ class TmaLoadOp(TileOp):
             raise TileOpError(f"{self.describe()}: the shared tile '{buf.name}' must have the wgmma swizzle layout "
                               f"for a TMA load, it has {have}")
         g = self.src.buffer
-        tmap = ctx.tensor_map(g, (elems, rows), swz)
-        row0, col0 = self.src.mins[-2], self.src.mins[-1]
+        rank = len(g.shape)
+        tmap = ctx.tensor_map(g, tma_box_dims(self.src, self.dst), swz)
         bar = tirx.address_of(ctx.load(self.barrier.source, list(self.barrier.indices)))
         out = []
         for p in range(cols // elems):
@@ -101,6 +137,10 @@ class TmaLoadOp(TileOp):
             phys, off = ctx.physical_index(buf, idx)
             # written by the async proxy, ordered by the stage's mbarrier: not an access for TVM's ThreadSync
             dst_ptr = phys.access_ptr(0, offset=off[0], extent=1)
-            out.append(intrin.tma_load_2d(dst_ptr, tirx.address_of(tmap), bar, col0 + p * elems, row0))
+            # coordinates innermost first: the plane's first column, then every other dimension's start
+            coords = [self.src.mins[-1] + p * elems] + [self.src.mins[d] for d in reversed(range(rank - 1))]
+            out.append(_TMA_LOADS[rank](dst_ptr, tirx.address_of(tmap), bar, *coords))
         return out[0] if len(out) == 1 else tirx.SeqStmt(out)
 
+
+_TMA_LOADS = {2: intrin.tma_load_2d, 3: intrin.tma_load_3d, 4: intrin.tma_load_4d, 5: intrin.tma_load_5d}

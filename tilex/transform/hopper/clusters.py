@@ -8,6 +8,9 @@ loads that do not depend on the block var the members differ in (the operand the
 members, load ``j`` issued by rank ``j % size`` and multicast into every member's shared memory; each consumer
 release also arrives on every partner's empty barrier (whose count is multiplied by ``size``); a cluster barrier
 replaces the block barrier after the barrier setup and another one guards the exit.
+Only 2-d loads (``tilex::tma_load_2d``) are ever multicast: N-d loads (``tilex::tma_load_3d`` .. ``_5d``, from
+global tensors of rank 3..5) are neither counted as shared nor rewritten, so each member issues its own, which
+stays correct (each block's full barrier expects the bytes of all its stage's loads, its own and multicast ones).
 Two kinds of clusters use this:
 
 * on a persistent grid, tile groups: cluster ``c`` walks groups ``q`` whose tiles are rows ``size * q`` ..
@@ -50,6 +53,7 @@ def launch_items(chain):
 
 
 def _tma_loads(stmt):
+    """The 2-d TMA loads in `stmt`: the only ones a cluster multicasts (N-d loads are left to each block)."""
     found = []
     walk(stmt, (tirx.Evaluate, lambda n: found.append(n) if intrin.is_call(n, intrin.TMA_LOAD_2D) else None))
     return found
@@ -85,7 +89,8 @@ def tile_group_size(producer, tags, extents, markers, grid, size):
 def multicast_shared_loads(producer, var, rank, size=2):
     """Loads that do not depend on `var` (the operand every block of the cluster shares): load j is issued by the
     member of rank ``j % size`` and multicast into all members' shared memory (same offsets, each member's
-    barrier is signalled), so each block still receives every box."""
+    barrier is signalled), so each block still receives every box. N-d loads stay as they are (each member
+    issues its own)."""
     seen = []
 
     def on_eval(node):

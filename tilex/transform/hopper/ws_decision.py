@@ -4,7 +4,7 @@ A top-level ``T.Pipelined`` loop with a derived schedule is built as a TMA produ
 warpgroups (:mod:`.ws_loops`) when: the target has everything the split emits (:data:`WS_FEATURES`: TMA loads,
 mbarrier transaction counts, setmaxnreg, wgmma -- sm_90a only, `tilex.ir.hardware.ARCH_FEATURES`), warp
 specialization and TMA are not disabled, the block is whole warpgroups with room for one more
-(threads % 128 == 0, threads + 128 <= 1024), a consumer is a wgmma gemm that may stay in flight, every producer
+(threads % 128 == 0, threads + 128 <= 1024), a consumer is a wgmma gemm, every producer
 copy is TMA-able and not written ``T.copy(..., disable_tma=True)``, and the producer can compute its copies' coordinates
 itself. The producer runs none of the consumers' statements: a coordinate may read a local variable only if it is
 a scalar bound once at the top of the kernel (``bx = b1``, whose value the producer is given; see
@@ -40,7 +40,7 @@ def warp_specializable(ctx, loop, plan) -> bool:
         return False
     if not target_allows_warp_specialization(ctx.target):
         return False
-    if ctx.threads is None or loop not in ctx.top_level or not ctx.async_consumer(plan.consumers):
+    if ctx.threads is None or loop not in ctx.top_level or not any(ctx.is_wgmma_gemm(c) for c in plan.consumers):
         return False
     if ctx.threads % 128 or ctx.threads + 128 > 1024:
         return False

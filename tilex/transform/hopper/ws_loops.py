@@ -1,7 +1,9 @@
-"""The warp-specialized form of a derived software pipeline, built at tile level by InjectSoftwarePipeline.
+"""The warp-specialized form of a derived software pipeline whose consumers leave their wgmma in flight (a GEMM
+main loop), built at tile level by InjectSoftwarePipeline.
 
 Consumes: a ``T.Pipelined`` loop whose :class:`~tilex.transform.pipeline.schedule.DerivedPlan` passed
-:func:`tilex.transform.hopper.ws_decision.warp_specializable`.
+:func:`tilex.transform.hopper.ws_decision.warp_specializable`, with leading producers and an asynchronous consumer
+(`PipelineContext.async_consumer`; other loops go to :mod:`.ws_groups`).
 Produces, in the loop's place: the ``tma_full`` / ``tma_empty`` mbarrier arrays (one per stage), their
 initialization in a ``tilex.ws_init`` region, the producer loop in a ``tilex.ws_producer`` region (wait on the
 stage's *empty* barrier, arm *full* with the stage's byte count, one ``tilex.tma_load`` per copy), the consumer
@@ -16,7 +18,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.names import ASYNC_MMA_SCOPE, WS_INIT, WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO, WS_PRODUCER
+from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS, WS_INIT, WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO, WS_PRODUCER
 from tilex.ir.visit import seq, storage_sync
 from tilex.op.region import Region
 from tilex.op.tma_load import tma_box, tma_load_call
@@ -57,7 +59,7 @@ def rewrite(ctx, loop, plan):
         intrin.mbar_arrive_expect_tx(ptr(full, s), nbytes),
         *loads]))
     warps = ctx.threads // 32
-    compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 2, retarget(seq(consumers), bufmap, s))
+    compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS, retarget(seq(consumers), bufmap, s))
     lane0 = tirx.floormod(t, 32) == 0
     release = tirx.IfThenElse(
         tirx.And(k - lo > 0, lane0), intrin.mbar_arrive(ptr(empty, tirx.floormod(g - 1, stages))), None)
@@ -77,16 +79,17 @@ def rewrite(ctx, loop, plan):
                                                            intrin.mbar_init(ptr(empty, i), warps)])),
         intrin.mbar_init_fence()]), None)])
     # (the barrier after the consumers' final wgmma wait, below, plays the same role as in the cp.async pipeline)
-    producer = _segment_attrs(base, lo, hi, loop, producer)
-    consumer = _segment_attrs(base, lo, hi, loop, consumer)
+    producer = segment_attrs(base, lo, hi, loop, producer)
+    consumer = segment_attrs(base, lo, hi, loop, consumer)
     return seq([tirx.AllocBuffer(full), tirx.AllocBuffer(empty),
                 tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
                 tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, ctx.threads, producer),
                 consumer, storage_sync()])
 
 
-def _segment_attrs(base, lo, hi, loop, body):
+def segment_attrs(base, lo, hi, loop, body):
     """`body` under the attributes binding its stage-counter base and its iteration range [lo, hi)."""
     body = tirx.AttrStmt(hi, WS_PIPELINE_HI, loop.min + loop.extent, body)
     body = tirx.AttrStmt(lo, WS_PIPELINE_LO, loop.min, body)
     return tirx.AttrStmt(base, WS_PIPELINE_BASE, loop.extent, body)
+

@@ -14,7 +14,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.names import ASYNC_MMA_SCOPE
+from tilex.ir.names import ASYNC_MMA_CP_ASYNC, ASYNC_MMA_SCOPE
 from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.transform.pipeline.analysis import annotations_without_pipeline, make_async, retarget
 
@@ -48,7 +48,7 @@ def rewrite(ctx, loop, plan):
     if ctx.async_consumer(consumers):
         # wgmma runs asynchronously: iteration k issues its MMAs, then waits only for those of k - 1
         # (wgmma_wait<1>), which frees stage (k - 1) % S == (k + S - 1) % S for the refill issued after it
-        compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 1, compute)
+        compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_CP_ASYNC, compute)
         step = landed + [compute] + refill
         # a barrier after the last MMAs: shared memory written after the loop (an epilogue tile) may reuse the
         # bytes of stages that another warpgroup's MMAs are still reading until its own wait

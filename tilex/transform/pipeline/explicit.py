@@ -21,7 +21,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.names import ASYNC_MMA_SCOPE
+from tilex.ir.names import ASYNC_MMA_CP_ASYNC, ASYNC_MMA_SCOPE
 from tilex.ir.visit import seq, storage_sync, substitute, walk
 from tilex.op.base import TileOpError, is_global, is_shared
 from tilex.op.copy import CopyOp
@@ -250,7 +250,7 @@ def rewrite(ctx, loop, x):
         if i in x.async_copies:
             stmt = make_async(stmt)
         if i in async_gemms:
-            stmt = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, 1, stmt)
+            stmt = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_CP_ASYNC, stmt)
         lag = depth - stage[i] if t is None else t - stage[i]
         it = (k if t is None else lo) + lag
         stmt = substitute(stmt, {k: it})

@@ -7,7 +7,8 @@ Produces: tile-level IR in which each such loop is rewritten (its pipeline annot
 :func:`~tilex.transform.pipeline.schedule.schedule` picks for it:
 
 * a derived plan on sm_90a that :func:`~tilex.transform.hopper.ws_decision.warp_specializable` accepts: producer and
-  consumer loops for WarpSpecialize (:mod:`tilex.transform.hopper.ws_loops`);
+  consumer loops for WarpSpecialize (:mod:`tilex.transform.hopper.ws_loops` for a GEMM main loop,
+  :mod:`tilex.transform.hopper.ws_groups` when the consumers compute between their MMAs, as attention does);
 * any other derived plan: the cp.async pipeline (:mod:`.cp_async`);
 * an explicit schedule: :mod:`.explicit`;
 * none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
@@ -23,7 +24,7 @@ from tvm import tirx
 
 from tilex.ir.names import NUM_STAGES
 from tilex.ir.visit import buffers_used, map_nodes, mutate, seq_items, walk
-from tilex.transform.hopper import ws_loops
+from tilex.transform.hopper import ws_groups, ws_loops
 from tilex.transform.hopper.ws_decision import warp_specializable
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.pipeline import cp_async, explicit
@@ -67,7 +68,9 @@ def inject_pipeline(func, target=None):
             explicit_loops.append(node)
             return explicit.rewrite(ctx, node, sched)
         if warp_specializable(ctx, node, sched):
-            return ws_loops.rewrite(ctx, node, sched)
+            if sched.leading and ctx.async_consumer(sched.consumers):
+                return ws_loops.rewrite(ctx, node, sched)  # a GEMM main loop
+            return ws_groups.rewrite(ctx, node, sched)
         return cp_async.rewrite(ctx, node, sched)
 
     body = mutate(func.body, (tirx.For, on_for))

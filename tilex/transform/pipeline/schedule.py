@@ -1,7 +1,8 @@
 """Which schedule a ``T.Pipelined`` loop gets.
 
-Derived (no explicit schedule, or one equal to it): the leading global->shared copies into buffers allocated
-outside the loop are the producers (stage 0), every other statement a consumer (stage S-1): a
+Derived (no explicit schedule, or one equal to it): the global->shared copies that can be issued iterations
+ahead (the leading ones, and later ones whose destination no earlier statement touches:
+:func:`producer_indices`) are the producers (stage 0), every other statement a consumer (stage S-1): a
 :class:`DerivedPlan`. Anything else given with ``order=`` / ``stage=`` is an explicit schedule, checked by
 :func:`tilex.transform.pipeline.explicit.check_explicit`. A loop that fits neither is left serial (None).
 """
@@ -10,32 +11,67 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tilex.ir.names import NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
-from tilex.ir.visit import seq_items
+from tilex.ir.visit import BufferLoadNode, seq_items, walk
 from tilex.op.base import TileOpError, is_global, is_shared
 from tilex.op.copy import CopyOp
-from tilex.transform.pipeline.analysis import describe, tile_op, written_shared
+from tilex.transform.pipeline.analysis import accesses, describe, tile_op, written_shared
 from tilex.transform.pipeline.explicit import ExplicitSchedule, check_explicit
 
 
 @dataclass
 class DerivedPlan:
-    """The derived schedule of a loop: `stages` buffers per produced shared buffer; `producers` the leading
-    (statement, CopyOp) global->shared copies; `consumers` the other statements; `produced` the copies'
-    destinations."""
+    """The derived schedule of a loop: `stages` buffers per produced shared buffer; `producers` the
+    (statement, CopyOp) global->shared copies loaded ahead (in body order); `consumers` the other statements (in
+    body order); `produced` the copies' destinations; `leading` whether every producer comes before every
+    consumer in the body."""
 
     stages: int
     producers: list
     consumers: list
     produced: set
+    leading: bool = True
 
     def buffer_versions(self):
         """{shared buffer: versions it needs}."""
         return {b: self.stages for b in self.produced}
 
 
-def _is_producer_copy(ctx, op, consumers_seen):
+def _global_to_shared(ctx, op):
     return (isinstance(op, CopyOp) and is_global(op.src.buffer) and is_shared(op.dst.buffer)
-            and op.dst.buffer in ctx.allocs and not consumers_seen)
+            and op.dst.buffer in ctx.allocs)
+
+
+def _coordinate_reads(op):
+    reads = set()
+    for e in [*op.src.mins, *op.src.extents, *op.dst.mins]:
+        walk(e, (BufferLoadNode, lambda n: reads.add(n.source)))
+    return reads
+
+
+def producer_indices(ctx, stmts):
+    """Indices of the body statements that are loaded ahead: the leading global->shared copies, and any later one
+    (attention's V tile after the softmax) that issuing an iteration early cannot change: no earlier statement
+    of the body touches its destination, no later one writes it, no statement writes its source, and its
+    coordinates read nothing the body computes."""
+    acc = [accesses(s) for s in stmts]
+    written = set().union(*(w for _, w in acc)) if acc else set()
+    out, consumers_seen = [], False
+    for i, st in enumerate(stmts):
+        op = tile_op(st)
+        if not _global_to_shared(ctx, op):
+            consumers_seen = True
+            continue
+        if not consumers_seen:
+            out.append(i)
+            continue
+        dst = op.dst.buffer
+        if (any(dst in acc[j][0] or dst in acc[j][1] for j in range(i))
+                or any(dst in acc[j][1] for j in range(i + 1, len(stmts)))
+                or op.src.buffer in written or _coordinate_reads(op) & written):
+            consumers_seen = True
+            continue
+        out.append(i)
+    return out
 
 
 def derived_plan(ctx, loop, stages=None):
@@ -43,31 +79,23 @@ def derived_plan(ctx, loop, stages=None):
     not have the shape (no producer, no consumer, fewer than 2 stages, consumers writing a produced buffer)."""
     if stages is None:
         stages = int(loop.annotations[NUM_STAGES])
-    producers, consumers = [], []
-    for s in seq_items(loop.body):
-        op = tile_op(s)
-        if _is_producer_copy(ctx, op, consumers):
-            producers.append((s, op))
-        else:
-            consumers.append(s)
+    stmts = seq_items(loop.body)
+    chosen = producer_indices(ctx, stmts)
+    producers = [(stmts[i], tile_op(stmts[i])) for i in chosen]
+    consumers = [s for i, s in enumerate(stmts) if i not in chosen]
     if stages < 2 or not producers or not consumers:
         return None
     produced = {op.dst.buffer for _, op in producers}
     if any(written_shared(c) & produced for c in consumers):
         return None  # consumers write a produced buffer: multi-buffering would change the program
-    return DerivedPlan(stages, producers, consumers, produced)
+    leading = chosen == list(range(len(chosen)))
+    return DerivedPlan(stages, producers, consumers, produced, leading)
 
 
 def derived_stages(ctx, stmts, stages):
-    """The stage vector of the derived schedule: the leading global->shared copies 0, the rest S-1."""
-    out, consumers = [], False
-    for st in stmts:
-        if _is_producer_copy(ctx, tile_op(st), consumers):
-            out.append(0)
-        else:
-            consumers = True
-            out.append(max(stages - 1, 0))
-    return out
+    """The stage vector of the derived schedule: the copies loaded ahead 0, the rest S-1."""
+    chosen = set(producer_indices(ctx, stmts))
+    return [0 if i in chosen else max(stages - 1, 0) for i in range(len(stmts))]
 
 
 def schedule(ctx, loop):

@@ -1,0 +1,182 @@
+"""The warp-specialized form of a derived pipeline whose consumers compute between their MMAs (attention).
+
+Consumes: a ``T.Pipelined`` loop whose :class:`~tilex.transform.pipeline.schedule.DerivedPlan` passed
+:func:`tilex.transform.hopper.ws_decision.warp_specializable` but is not a GEMM main loop (:mod:`.ws_loops`): the
+body reads a gemm's accumulator (attention's softmax reads S = Q Kᵀ), or loads a tile after computing (V).
+Produces, in the loop's place, what WarpSpecialize splits (``tilex.ws_init`` / ``tilex.ws_producer`` regions and the
+consumer loop, under the same ``tilex.ws_pipeline_*`` attributes as :mod:`.ws_loops`):
+
+* one *full* / *empty* mbarrier pair per load group (:func:`load_groups`: the copies first read by the same
+  statement). The producer, per iteration and group, waits for the stage to be empty, arms *full* with the
+  group's bytes and issues its TMA loads; the consumers wait on a group's *full* barrier just before its first
+  reader and free the stage (one arrival per warp) after its last reader.
+* gemms whose shared operands are TMA stages or tiles written before the loop run without a block barrier
+  (``ASYNC_MMA_WS_SYNC``): a fence and one barrier before the loop order those tiles.
+* unless ``tilex.disable_mma_overlap``: the last gemm of the body (P V) is only issued (``ASYNC_MMA_WS_DEFER``) when nothing until the first gemm of the
+  next iteration (S = Q Kᵀ) touches its operands or accumulator: the two run back to back on the tensor cores
+  and the first gemm's wait completes both; the stage the deferred gemm read is freed after that wait.
+* opt in (``tilex.warpgroup_turns``; slower than letting the warps schedule themselves on the H100 so far): with
+  two consumer warpgroups that own disjoint rows, the warpgroups take turns on the tensor cores (named
+  barriers 2 and 3): warpgroup w waits for its turn before issuing a block of MMAs (the deferred gemm and the
+  next first gemm) and passes the turn after it, so one warpgroup's softmax runs while the other's MMAs do.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from tilex import config
+from tilex.ir import intrin
+from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC, WS_INIT, WS_PRODUCER
+from tilex.ir.visit import seq, storage_sync
+from tilex.op import gemm_wgmma
+from tilex.op.base import is_shared
+from tilex.op.region import Region
+from tilex.op.tma_load import tma_box, tma_load_call
+from tilex.transform.hopper.ws_loops import segment_attrs
+from tilex.transform.pipeline.analysis import accesses, retarget, tile_op
+
+#: Named barrier ids of the two warpgroups' turns (id 0 is __syncthreads, 1 the consumers' block barrier).
+TURN_BARRIERS = (2, 3)
+
+
+def load_groups(plan):
+    """The producer copies grouped by the consumer statement that first reads them: [(first reader index, last
+    reader index, [(stmt, CopyOp)])], in the order the consumers need them."""
+    acc = [accesses(c) for c in plan.consumers]
+    n = len(plan.consumers)
+    groups = {}
+    for stmt, op in plan.producers:
+        readers = [i for i, (r, w) in enumerate(acc) if op.dst.buffer in r or op.dst.buffer in w]
+        first, last = (readers[0], readers[-1]) if readers else (n - 1, n - 1)
+        if first in groups:
+            groups[first][1] = max(groups[first][1], last)
+            groups[first][2].append((stmt, op))
+        else:
+            groups[first] = [first, last, [(stmt, op)]]
+    return [tuple(groups[f]) for f in sorted(groups)]
+
+
+def _deferred_gemm(acc, gemms, sync_gemms, n):
+    """Index of the last gemm when its wait can move past the next iteration's first gemm, else None."""
+    if len(gemms) < 2 or gemms[0] not in sync_gemms or gemms[-1] not in sync_gemms:
+        return None
+    first, last = gemms[0], gemms[-1]
+    touched = acc[last][0] | acc[last][1]
+    window = list(range(last + 1, n)) + list(range(0, first + 1))
+    if any((acc[j][0] | acc[j][1]) & touched for j in window):
+        return None
+    return last
+
+
+def _row_split(ctx, consumers, gemms):
+    """Whether every gemm splits its rows between the warpgroups (each warpgroup's rows are its own)."""
+    for i in gemms:
+        p = gemm_wgmma.plan(tile_op(consumers[i]), ctx.threads, ctx.target)
+        if p is None or p.wg_n != 1:
+            return False
+    return True
+
+
+def rewrite(ctx, loop, plan):
+    """Producer warpgroup (TMA, one barrier pair per load group) / consumer warpgroups for `loop`."""
+    stages, consumers = plan.stages, plan.consumers
+    k = loop.loop_var
+    bufmap = ctx.multi_buffer({b: stages for b in plan.produced})
+    groups = load_groups(plan)
+    t = ctx.thread_var
+    base = tirx.Var("ws_base", "int32")
+    lo, hi = tirx.Var("ws_lo", "int32"), tirx.Var("ws_hi", "int32")
+    g = k - lo + base
+    s = tirx.floormod(g, stages)
+    it = tirx.floordiv(g, stages)
+    barriers = [(tirx.decl_buffer((stages,), "uint64", "tma_full", scope="shared"),
+                 tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")) for _ in groups]
+
+    def ptr(buf, i):
+        return tirx.address_of(tirx.BufferLoad(buf, [i]))
+
+    produce = []
+    for (_, _, copies), (full, empty) in zip(groups, barriers):
+        nbytes, loads = 0, []
+        for _, op in copies:
+            rows, cols, _, _ = tma_box(op.dst)
+            nbytes += rows * cols * tvm.DataType(str(op.dst.buffer.dtype)).bits // 8
+            dst = Region(bufmap[op.dst.buffer], [s, *op.dst.mins], [1, *op.dst.extents])
+            loads.append(tirx.Evaluate(tma_load_call(op.src, dst, tirx.BufferLoad(full, [s]))))
+        produce += [tirx.IfThenElse(g >= stages, intrin.mbar_wait(ptr(empty, s), tirx.floormod(it + 1, 2)), None),
+                    intrin.mbar_arrive_expect_tx(ptr(full, s), nbytes), *loads]
+    producer = tirx.For(k, lo, hi - lo, tirx.ForKind.SERIAL, seq(produce))
+
+    n = len(consumers)
+    acc = [accesses(c) for c in consumers]
+    gemms = [i for i, c in enumerate(consumers) if ctx.is_wgmma_gemm(c)]
+    shared_written = {b for _, w in acc for b in w if is_shared(b)}
+    # its shared operands are TMA stages (mbarriers order them) or tiles written before the loop (the fence and
+    # barrier before the loop order them): no barrier around the MMAs
+    sync_gemms = {i for i in gemms if not acc[i][0] & (shared_written - plan.produced)}
+    deferred = None if config.get("disable_mma_overlap", False) else _deferred_gemm(acc, gemms, sync_gemms, n)
+    turns = (config.get("warpgroup_turns", False) and deferred is not None and ctx.threads == 256
+             and not shared_written - plan.produced and _row_split(ctx, consumers, gemms))
+    lane0 = tirx.floormod(t, 32) == 0
+    trips = hi - lo
+    wg = tirx.floordiv(t, 128)
+
+    def release(empty, stage):
+        # every lane of the warp has finished reading before lane 0 frees the stage
+        return seq([intrin.syncwarp(), tirx.IfThenElse(lane0, intrin.mbar_arrive(ptr(empty, stage)), None)])
+
+    def my_turn():
+        return intrin.named_barrier_wait(TURN_BARRIERS[0] + wg, 256)
+
+    def pass_turn():
+        return intrin.named_barrier_arrive(TURN_BARRIERS[1] - wg, 256)
+
+    deferred_groups = [(gi, e) for gi, ((_, last, _), (_, e)) in enumerate(zip(groups, barriers)) if last == deferred]
+    body = []
+    for i, c in enumerate(consumers):
+        body += [intrin.mbar_wait(ptr(full, s), tirx.floormod(it, 2))
+                 for (first, _, _), (full, _) in zip(groups, barriers) if first == i]
+        c = retarget(c, bufmap, s)
+        if i == deferred:
+            c = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, c)
+            if turns:
+                body.append(my_turn())
+        elif turns and i == gemms[0]:
+            # warpgroup 0 takes the first turn; the turn passes as soon as the MMAs are issued
+            body.append(tirx.IfThenElse(tirx.And(k == lo, wg == 1), my_turn(), None))
+            c = seq([tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, c), pass_turn(),
+                     intrin.wgmma_wait(0)])
+        elif i in sync_gemms:
+            c = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_SYNC, c)
+        body.append(c)
+        if i == deferred:
+            continue  # its stages are freed once the next iteration's first gemm has waited
+        body += [release(e, s) for (_, last, _), (_, e) in zip(groups, barriers) if last == i]
+        if deferred is not None and i == gemms[0]:
+            prev = tirx.floormod(g - 1, stages)
+            body += [tirx.IfThenElse(k > lo, release(e, prev), None) for _, e in deferred_groups]
+    consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, seq(body))
+    tail = []
+    if deferred is not None:
+        last_stage = tirx.floormod(base + trips - 1, stages)
+        drain = [intrin.wgmma_wait(0)] + [release(e, last_stage) for _, e in deferred_groups]
+        if turns:
+            # the final pass of warpgroup 0 lets warpgroup 1 run its last block; warpgroup 1's would be left over
+            drain.insert(0, tirx.IfThenElse(wg == 0, pass_turn(), None))
+        tail = [tirx.IfThenElse(trips > 0, seq(drain), None)]
+    # tiles the consumers stored before the loop (attention's Q) reach the async proxy before any wgmma reads them
+    consumer = seq([intrin.fence_proxy_async(), storage_sync(), consumer, *tail])
+    warps = ctx.threads // 32
+    i = tirx.Var("bar_i", "int32")
+    inits = []
+    for full, empty in barriers:
+        inits += [intrin.mbar_init(ptr(full, i), 1), intrin.mbar_init(ptr(empty, i), warps)]
+    init = seq([tirx.IfThenElse(t == 0, seq([tirx.For(i, 0, stages, tirx.ForKind.UNROLLED, seq(inits)),
+                                              intrin.mbar_init_fence()]), None)])
+    producer = segment_attrs(base, lo, hi, loop, producer)
+    consumer = segment_attrs(base, lo, hi, loop, consumer)
+    allocs = [tirx.AllocBuffer(b) for pair in barriers for b in pair]
+    return seq([*allocs, tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
+                tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, ctx.threads, producer),
+                consumer, storage_sync()])
