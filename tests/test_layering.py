@@ -1,6 +1,6 @@
 """The package's import graph keeps its layers (read from the sources with `ast`, nothing is imported).
 
-    kernels -> autotuner -> jit -> engine -> {language, transform} -> op -> layout -> ir -> {config, env}
+    ops -> kernels -> autotuner -> jit -> engine -> {language, transform} -> op -> layout -> ir -> {config, env}
 
 A module imports only from its own package or from layers below it (language and transform, peers, not from
 each other), the graph of imports has no cycle, no name starting with ``_`` is imported from another module,
@@ -24,6 +24,7 @@ LAYERS = {  # package -> rank (higher may import lower)
     "jit": 6,
     "autotuner": 7,
     "kernels": 8,
+    "ops": 9,
 }
 
 
