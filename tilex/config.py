@@ -18,8 +18,7 @@ KNOWN = {
     "cluster_size": "opt in: a warp-specialized grid that is not made persistent runs in clusters of 2 or 4 blocks along x that multicast the operand not depending on bx",
     "persistent_cluster": "blocks per cluster of a persistent grid (1, 2 or 4; default 2): the tiles of a cluster share one operand, loaded once and multicast",
     "stream_k": "persistent GEMMs whose output tiles do not divide evenly among the blocks split the last tiles' K iterations between all blocks (stream-K); partial sums meet in global memory",
-    "disable_mma_overlap": "warp-specialized loops that compute between their MMAs (attention) wait for every gemm at once instead of leaving the last one (P V) in flight until the next iteration's first (S = Q K^T) is issued",
-    "warpgroup_turns": "opt in: in such loops two consumer warpgroups take turns on the tensor cores (named barriers), one's softmax running while the other's MMAs do",
+    "disable_mma_overlap": "warp-specialized loops that compute between their MMAs (attention) wait for every gemm at once instead of running the last one (P V) during the next iteration's softmax",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",
 }
 

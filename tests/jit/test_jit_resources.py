@@ -11,7 +11,7 @@ import tilex
 from tilex.engine import nvcc
 from tilex.jit import ArgChecker, cache, kernel as kernel_mod
 from tilex.jit.profiler import Profiler, TensorSupplyType, supply_tensor
-from tilex.jit.resources import KernelResources, TilexPerformanceWarning, parse_ptxas
+from tilex.jit.resources import KernelResources, TilexPerformanceWarning, parse_ptxas, warn_spills
 from tilex.kernels.gemm import matmul
 
 import jit_kernels
@@ -195,3 +195,19 @@ def test_get_profiler_without_gpu(monkeypatch):
     assert isinstance(prof, Profiler) and prof.kernel is k
     with pytest.raises(RuntimeError, match="CUDA GPU"):
         prof.do_bench()
+
+
+def test_serialized_wgmma_is_reported_and_warned():
+    report = ("ptxas info    : (C7514) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+              "non wgmma instructions reading accumulator registers of  a wgmma between start and end of the pipeline "
+              "stage in the function 'main_kernel'\n"
+              "ptxas info    : Compiling entry function 'main_kernel' for 'sm_90a'\n"
+              "ptxas info    : Function properties for main_kernel\n"
+              "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+              "ptxas info    : Used 168 registers, used 2 barriers, 1024 bytes smem\n")
+    res = parse_ptxas(report)
+    f = res.functions["main_kernel"]
+    assert f.registers == 168 and "reading accumulator registers" in f.wgmma_serialized
+    with pytest.warns(TilexPerformanceWarning, match="serialized the wgmma"):
+        warn_spills(res, "k")
+    assert not parse_ptxas(report.split("\n", 1)[1]).functions["main_kernel"].wgmma_serialized

@@ -42,6 +42,7 @@ class FunctionResources:
     shared_memory: int = 0
     barriers: int = 0
     constant_memory: int = 0
+    wgmma_serialized: str = ""  # ptxas's reason when it serialized the function's wgmma instructions (C7514 etc.)
 
     @property
     def spilled(self) -> bool:
@@ -121,6 +122,7 @@ _USED = re.compile(r"ptxas info\s*: Used (\d+) registers(.*)")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
 _BARRIERS = re.compile(r"used (\d+) barriers")
+_SERIALIZED = re.compile(r"wgmma\.mma_async instructions are serialized due to (.*?)\s+in the function '([^']+)'")
 
 
 def parse_ptxas(output: str, arch: str = "") -> KernelResources:
@@ -130,8 +132,13 @@ def parse_ptxas(output: str, arch: str = "") -> KernelResources:
     entries: dict[str, dict] = {}
     props: dict[str, tuple[int, int, int]] = {}
     current = None      # the entry function whose "Used ..." line comes next
+    serialized: dict[str, str] = {}
     prop_name = None    # the function whose "N bytes stack frame" line comes next
     for line in output.splitlines():
+        m = _SERIALIZED.search(line)
+        if m:
+            serialized[m.group(2)] = " ".join(m.group(1).split())
+            continue
         m = _ENTRY.search(line)
         if m:
             current = m.group(1)
@@ -161,7 +168,8 @@ def parse_ptxas(output: str, arch: str = "") -> KernelResources:
     funcs = {}
     for name, e in entries.items():
         stack, stores, loads = props.get(name, (0, 0, 0))
-        funcs[name] = FunctionResources(stack_frame=stack, spill_stores=stores, spill_loads=loads, **e)
+        funcs[name] = FunctionResources(stack_frame=stack, spill_stores=stores, spill_loads=loads,
+                                        wgmma_serialized=serialized.get(name, ""), **e)
     return KernelResources(funcs)
 
 
@@ -173,10 +181,15 @@ SPILL_WARNING_BYTES = 64
 
 def warn_spills(resources: KernelResources | None, kernel_name: str, stacklevel: int = 2) -> None:
     """Emit one :class:`TilexPerformanceWarning` per function of ``resources`` whose spill stores + loads reach
-    :data:`SPILL_WARNING_BYTES` per thread."""
+    :data:`SPILL_WARNING_BYTES` per thread, or whose wgmma instructions ptxas serialized (each waits for the
+    previous one: the asynchronous MMAs the kernel was built around are gone)."""
     if resources is None:
         return
     for f in resources:
+        if f.wgmma_serialized:
+            warnings.warn(f"tilex: kernel '{kernel_name}': ptxas serialized the wgmma instructions of '{f.name}' "
+                          f"({f.arch}) due to {f.wgmma_serialized}; the MMAs no longer overlap other work",
+                          TilexPerformanceWarning, stacklevel=stacklevel + 1)
         if f.spill_stores + f.spill_loads >= SPILL_WARNING_BYTES:
             warnings.warn(
                 f"tilex: kernel '{kernel_name}' spills registers to local memory: function '{f.name}' ({f.arch}) "

@@ -68,7 +68,9 @@ def mha_forward(batch, heads, seq_q, dim, causal=False, *, seq_kv=None, heads_kv
     @T.prim_func
     def main(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
              Output: T.Tensor(q_shape, dtype), LSE: T.Tensor((batch, heads, seq_q), accum)):
-        with T.Kernel(T.ceildiv(seq_q, bm), heads, batch, threads=nthreads) as (bx, by, bz):
+        with T.Kernel(T.ceildiv(seq_q, bm), heads, batch, threads=nthreads) as (bx_launch, by, bz):
+            # causal: the query blocks with the most key blocks start first (a shorter tail of the last wave)
+            bx = T.ceildiv(seq_q, bm) - 1 - bx_launch if causal else bx_launch
             Q_shared = T.alloc_shared([bm, dim], dtype)
             K_shared = T.alloc_shared([bn, dim], dtype)
             V_shared = T.alloc_shared([bn, dim], dtype)
@@ -91,8 +93,11 @@ def mha_forward(batch, heads, seq_q, dim, causal=False, *, seq_kv=None, heads_kv
             for k in T.Pipelined(loop_range, num_stages=stages):
                 T.copy(tile(K, bz, by // group, k * bn, bn), K_shared)
                 if causal:
-                    for i, j in T.Parallel(bm, bn):
-                        acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, 0, -T.infinity(accum))
+                    if (k + 1) * bn > bx * bm:  # only the key blocks that cross the diagonal are masked
+                        for i, j in T.Parallel(bm, bn):
+                            acc_s[i, j] = T.if_then_else(bx * bm + i >= k * bn + j, 0, -T.infinity(accum))
+                    else:
+                        T.clear(acc_s)
                 elif ragged:
                     for i, j in T.Parallel(bm, bn):
                         acc_s[i, j] = T.if_then_else(k * bn + j < seq_kv, 0, -T.infinity(accum))

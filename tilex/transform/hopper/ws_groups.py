@@ -12,13 +12,11 @@ consumer loop, under the same ``tilex.ws_pipeline_*`` attributes as :mod:`.ws_lo
   reader and free the stage (one arrival per warp) after its last reader.
 * gemms whose shared operands are TMA stages or tiles written before the loop run without a block barrier
   (``ASYNC_MMA_WS_SYNC``): a fence and one barrier before the loop order those tiles.
-* unless ``tilex.disable_mma_overlap``: the last gemm of the body (P V) is only issued (``ASYNC_MMA_WS_DEFER``) when nothing until the first gemm of the
-  next iteration (S = Q Kᵀ) touches its operands or accumulator: the two run back to back on the tensor cores
-  and the first gemm's wait completes both; the stage the deferred gemm read is freed after that wait.
-* opt in (``tilex.warpgroup_turns``; slower than letting the warps schedule themselves on the H100 so far): with
-  two consumer warpgroups that own disjoint rows, the warpgroups take turns on the tensor cores (named
-  barriers 2 and 3): warpgroup w waits for its turn before issuing a block of MMAs (the deferred gemm and the
-  next first gemm) and passes the turn after it, so one warpgroup's softmax runs while the other's MMAs do.
+* unless ``tilex.disable_mma_overlap``, the last gemm of the body (P V) overlaps the next iteration's softmax
+  when nothing from it until the next iteration's first gemm (S = Q Kᵀ) touches its tiles: iteration k issues
+  S(k), then P(k-1) V(k-1), waits for S(k) alone (``wgmma_wait<1>``), and waits for P V (and frees its stage)
+  just before the first statement that touches its tiles (the cast of P, the rescale of O); the last one is
+  issued after the loop.
 """
 from __future__ import annotations
 
@@ -28,17 +26,12 @@ from tvm import tirx
 from tilex import config
 from tilex.ir import intrin
 from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC, WS_INIT, WS_PRODUCER
-from tilex.ir.visit import seq, storage_sync
-from tilex.op import gemm_wgmma
+from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.op.base import is_shared
 from tilex.op.region import Region
 from tilex.op.tma_load import tma_box, tma_load_call
 from tilex.transform.hopper.ws_loops import segment_attrs
-from tilex.transform.pipeline.analysis import accesses, retarget, tile_op
-
-#: Named barrier ids of the two warpgroups' turns (id 0 is __syncthreads, 1 the consumers' block barrier).
-TURN_BARRIERS = (2, 3)
-
+from tilex.transform.pipeline.analysis import accesses, retarget
 
 def load_groups(plan):
     """The producer copies grouped by the consumer statement that first reads them: [(first reader index, last
@@ -67,15 +60,6 @@ def _deferred_gemm(acc, gemms, sync_gemms, n):
     if any((acc[j][0] | acc[j][1]) & touched for j in window):
         return None
     return last
-
-
-def _row_split(ctx, consumers, gemms):
-    """Whether every gemm splits its rows between the warpgroups (each warpgroup's rows are its own)."""
-    for i in gemms:
-        p = gemm_wgmma.plan(tile_op(consumers[i]), ctx.threads, ctx.target)
-        if p is None or p.wg_n != 1:
-            return False
-    return True
 
 
 def rewrite(ctx, loop, plan):
@@ -115,58 +99,61 @@ def rewrite(ctx, loop, plan):
     # its shared operands are TMA stages (mbarriers order them) or tiles written before the loop (the fence and
     # barrier before the loop order them): no barrier around the MMAs
     sync_gemms = {i for i in gemms if not acc[i][0] & (shared_written - plan.produced)}
-    deferred = None if config.get("disable_mma_overlap", False) else _deferred_gemm(acc, gemms, sync_gemms, n)
-    turns = (config.get("warpgroup_turns", False) and deferred is not None and ctx.threads == 256
-             and not shared_written - plan.produced and _row_split(ctx, consumers, gemms))
+    last = None if config.get("disable_mma_overlap", False) else _deferred_gemm(acc, gemms, sync_gemms, n)
     lane0 = tirx.floormod(t, 32) == 0
     trips = hi - lo
-    wg = tirx.floordiv(t, 128)
 
     def release(empty, stage):
         # every lane of the warp has finished reading before lane 0 frees the stage
         return seq([intrin.syncwarp(), tirx.IfThenElse(lane0, intrin.mbar_arrive(ptr(empty, stage)), None)])
 
-    def my_turn():
-        return intrin.named_barrier_wait(TURN_BARRIERS[0] + wg, 256)
+    def issue_only(stmt):
+        return tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, stmt)
 
-    def pass_turn():
-        return intrin.named_barrier_arrive(TURN_BARRIERS[1] - wg, 256)
+    last_groups = [e for (_, lst, _), (_, e) in zip(groups, barriers) if lst == last]
+    if last is not None:
+        first = gemms[0]
+        touched = acc[last][0] | acc[last][1]
+        # the previous iteration's last gemm completes before the first statement that touches its tiles
+        done_at = next((j for j in range(first + 1, last) if (acc[j][0] | acc[j][1]) & touched), last)
+        prev = tirx.floormod(g - 1, stages)
+        previous_last = issue_only(retarget(substitute(consumers[last], {k: k - 1}), bufmap, prev))
 
-    deferred_groups = [(gi, e) for gi, ((_, last, _), (_, e)) in enumerate(zip(groups, barriers)) if last == deferred]
-    body = []
-    for i, c in enumerate(consumers):
-        body += [intrin.mbar_wait(ptr(full, s), tirx.floormod(it, 2))
-                 for (first, _, _), (full, _) in zip(groups, barriers) if first == i]
-        c = retarget(c, bufmap, s)
-        if i == deferred:
-            c = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, c)
-            if turns:
-                body.append(my_turn())
-        elif turns and i == gemms[0]:
-            # warpgroup 0 takes the first turn; the turn passes as soon as the MMAs are issued
-            body.append(tirx.IfThenElse(tirx.And(k == lo, wg == 1), my_turn(), None))
-            c = seq([tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, c), pass_turn(),
-                     intrin.wgmma_wait(0)])
-        elif i in sync_gemms:
-            c = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_SYNC, c)
-        body.append(c)
-        if i == deferred:
-            continue  # its stages are freed once the next iteration's first gemm has waited
-        body += [release(e, s) for (_, last, _), (_, e) in zip(groups, barriers) if last == i]
-        if deferred is not None and i == gemms[0]:
-            prev = tirx.floormod(g - 1, stages)
-            body += [tirx.IfThenElse(k > lo, release(e, prev), None) for _, e in deferred_groups]
-    consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, seq(body))
-    tail = []
-    if deferred is not None:
-        last_stage = tirx.floormod(base + trips - 1, stages)
-        drain = [intrin.wgmma_wait(0)] + [release(e, last_stage) for _, e in deferred_groups]
-        if turns:
-            # the final pass of warpgroup 0 lets warpgroup 1 run its last block; warpgroup 1's would be left over
-            drain.insert(0, tirx.IfThenElse(wg == 0, pass_turn(), None))
-        tail = [tirx.IfThenElse(trips > 0, seq(drain), None)]
+    def iteration(peeled):
+        """The consumers' statements for iteration k; `peeled`: the first one, which has no previous P V."""
+        body = []
+        for i, c in enumerate(consumers):
+            body += [intrin.mbar_wait(ptr(full, s), tirx.floormod(it, 2))
+                     for (f, _, _), (full, _) in zip(groups, barriers) if f == i]
+            if last is not None and i == done_at and not peeled:
+                body += [intrin.wgmma_wait(0)] + [release(e, prev) for e in last_groups]
+            if i == last:
+                continue  # issued by the next iteration, right after its first gemm
+            c = retarget(c, bufmap, s)
+            if last is not None and i == first and not peeled:
+                # S(k) = Q K(k)^T first, then O += P(k-1) V(k-1): waiting for all but the newest group completes
+                # S(k) while P V runs on during the softmax
+                body += [issue_only(c), previous_last, intrin.wgmma_wait(1)]
+            elif i in sync_gemms:
+                body.append(tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_SYNC, c))
+            else:
+                body.append(c)
+            body += [release(e, s) for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i]
+        return seq(body)
+
+    if last is None:
+        consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, iteration(False))
+    else:
+        # the first iteration is peeled (no P V before it), so every wgmma of the loop body is issued and waited
+        # for unconditionally: ptxas serializes all of them when it cannot follow an MMA across a branch
+        final = tirx.floormod(base + trips - 1, stages)
+        drain = [issue_only(retarget(substitute(consumers[last], {k: hi - 1}), bufmap, final)), intrin.wgmma_wait(0)]
+        consumer = tirx.IfThenElse(trips > 0, seq([
+            substitute(iteration(True), {k: lo}),
+            tirx.For(k, lo + 1, trips - 1, tirx.ForKind.SERIAL, iteration(False)),
+            *drain, *[release(e, final) for e in last_groups]]), None)
     # tiles the consumers stored before the loop (attention's Q) reach the async proxy before any wgmma reads them
-    consumer = seq([intrin.fence_proxy_async(), storage_sync(), consumer, *tail])
+    consumer = seq([intrin.fence_proxy_async(), storage_sync(), consumer])
     warps = ctx.threads // 32
     i = tirx.Var("bar_i", "int32")
     inits = []
