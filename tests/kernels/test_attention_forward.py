@@ -43,7 +43,14 @@ def test_forward_compiles(batch, heads, heads_kv, seq, dim, causal, layout, dtyp
 @needs_nvcc
 def test_forward_d128_is_warp_specialized():
     """D=128, not causal: one TMA producer warpgroup + two wgmma consumer warpgroups (128 query rows each 64)."""
-    src = _compile(2, 4, 4, 1024, 128, False, "bhsd", "float16").get_kernel_source()
+    kernel = _compile(2, 4, 4, 1024, 128, False, "bhsd", "float16")
+    src = kernel.get_kernel_source()
+    # P V of the previous key block overlaps the softmax: S waits alone (wait<1>) with P V issued behind it, and
+    # ptxas keeps the wgmma asynchronous (it reports serialization otherwise)
+    assert "tilex::wgmma_wait<1>();" in src
+    assert kernel.resources is not None and not any(f.wgmma_serialized for f in kernel.resources)
+    # the two load groups (K, V) have their own barrier pairs; no block-wide barrier inside the consumer loop
+    assert src.count("tilex::mbar_init(") == 4
     # block size: 256 consumer threads + 128 producer threads
     assert re.search(r"__launch_bounds__\(384\b", src), re.findall(r"__launch_bounds__\([^)]*\)", src)
     assert re.search(r"if \(256 <= \(\(int\)threadIdx\.x\)\)", src)  # the producer warpgroup is the last one
