@@ -8,6 +8,7 @@
 #include "tilex/mma_sm80.h"
 #include "tilex/wgmma_sm90.h"
 #include "tilex/reduce.h"
+#include "tilex/fast_math.h"
 #include "tilex/atomic.h"
 #include "tilex/debug.h"
 #include "tilex/tma.h"

@@ -58,6 +58,19 @@ __device__ __forceinline__ void mbar_wait(void* bar, int parity) {
 #endif
 }
 
+// 1-d tensor-map load of one box (a vector) into shared memory, completing on the barrier like tma_load_2d.
+__device__ __forceinline__ void tma_load_1d(void* smem, uint64_t tensor_map, void* bar, int c0) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
+          smem_addr(smem)),
+      "l"(tensor_map), "r"(smem_addr(bar)), "r"(c0)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
+#endif
+}
+
 // 2-d tensor-map load of one box into shared memory, completing `bytes` on the barrier.
 __device__ __forceinline__ void tma_load_2d(void* smem, uint64_t tensor_map, void* bar, int c0, int c1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

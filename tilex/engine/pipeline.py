@@ -6,6 +6,7 @@
                                    TMA producer / wgmma consumer loops (transform/pipeline/, transform/hopper/)
       -> LayoutInference           Layout / Fragment for every shared buffer and fragment
       -> LowerTileOps              per-thread TIR; physical buffers
+      -> FastMath                  float32 exp2 / exp on ex2.approx (unless tilex.disable_fast_math)
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
       -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
       -> ThreadBlockSwizzle        T.use_swizzle rasterization
@@ -27,6 +28,7 @@ from tilex.ir.shared_memory import shared_usage
 from tilex.ir.source import backtrace_requested, is_located
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
+from tilex.transform.fast_math import fast_math
 from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
@@ -64,6 +66,7 @@ def _tile_passes(func, target):
     func = inject_pipeline(func, target)
     func = layout_inference(func, target)
     func = lower_tile_ops(func, target)
+    func = fast_math(func)
     func = warp_specialize(func)
     func = persistent_tiles(func, target)
     return thread_block_swizzle(func)  # after lowering: bounds proofs see grid ranges

@@ -34,6 +34,10 @@ WGMMA_DESC = "tilex::wgmma_desc"
 WGMMA_M64 = "tilex::wgmma_m64"
 # ---- reduce.h -----------------------------------------------------------------------------------------------------
 SHFL_XOR = "tilex::shfl_xor"
+# ---- fast_math.h --------------------------------------------------------------------------------------------------
+EXP2_APPROX = "tilex::exp2_approx"
+EXP_APPROX = "tilex::exp_approx"
+DIV_APPROX = "tilex::div_approx"
 # ---- atomic.h -----------------------------------------------------------------------------------------------------
 ATOMIC_PREFIX = "tilex::atomic_"  # atomic_add / atomic_max / atomic_min / atomic_add_vec<global>
 RED_PREFIX = "tilex::red"
@@ -47,6 +51,7 @@ MBAR_ARRIVE = "tilex::mbar_arrive"
 MBAR_ARRIVE_CLUSTER = "tilex::mbar_arrive_cluster"
 MBAR_ARRIVE_EXPECT_TX = "tilex::mbar_arrive_expect_tx"
 SYNCWARP = "__syncwarp"  # (a CUDA builtin)
+TMA_LOAD_1D = "tilex::tma_load_1d"
 TMA_LOAD_2D = "tilex::tma_load_2d"
 TMA_LOAD_2D_MULTICAST = "tilex::tma_load_2d_multicast"
 TMA_LOAD_3D = "tilex::tma_load_3d"
@@ -188,6 +193,22 @@ def shfl_xor(dtype, value, offset):
     return tirx.call_extern(dtype, SHFL_XOR, value, offset)
 
 
+# ---- fast_math.h --------------------------------------------------------------------------------------------------
+def exp2_approx(x):
+    """float32 2^x on ``ex2.approx.ftz``."""
+    return tirx.call_extern("float32", EXP2_APPROX, x)
+
+
+def exp_approx(x):
+    """float32 e^x on ``ex2.approx.ftz``."""
+    return tirx.call_extern("float32", EXP_APPROX, x)
+
+
+def div_approx(a, b):
+    """float32 a / b with an approximate reciprocal (``__fdividef``)."""
+    return tirx.call_extern("float32", DIV_APPROX, a, b)
+
+
 # ---- atomic.h -----------------------------------------------------------------------------------------------------
 def atomic_name(kind_name: str, vector_global: bool | None = None) -> str:
     """``tilex::atomic_<kind>`` for one element, or (`vector_global` set) ``tilex::atomic_add_vec<global?>``."""
@@ -242,6 +263,11 @@ def syncwarp():
     return _stmt(SYNCWARP)
 
 
+def tma_load_1d(dst_ptr, tmap_ptr, bar_ptr, c0):
+    """A 1-d tensor-map box load (a vector of a 1-d tensor)."""
+    return _stmt(TMA_LOAD_1D, dst_ptr, tmap_ptr, bar_ptr, c0)
+
+
 def tma_load_2d(dst_ptr, tmap_ptr, bar_ptr, col, row):
     return _stmt(TMA_LOAD_2D, dst_ptr, tmap_ptr, bar_ptr, col, row)
 
@@ -270,15 +296,15 @@ def tma_store_2d(tmap_ptr, src_ptr, col, row):
     return _stmt(TMA_STORE_2D, tmap_ptr, src_ptr, col, row)
 
 
-#: CUtensorMapSwizzle value of each TMA swizzle width (bytes).
-_SWIZZLE_ENUM = {32: 1, 64: 2, 128: 3}
+#: CUtensorMapSwizzle value of each TMA swizzle width (bytes); 0: none (row-major boxes, `tilex.op.tma_load` vectors).
+_SWIZZLE_ENUM = {0: 0, 32: 1, 64: 2, 128: 3}
 
 
 def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     """Host statements that bind `tmap` and encode it for `buffer` (rank 1..5, contiguous row-major) with the box
     `box` (extents innermost dimension first, one per dimension: (cols, rows) for a 2-d buffer); the kernel gets
     `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store_2d` (rank 2) or
-    :func:`tma_load_3d` .. :func:`tma_load_5d`."""
+    :func:`tma_load_1d`, :func:`tma_load_3d` .. :func:`tma_load_5d`; `swizzle_bytes` 0 (row-major box), 32, 64, 128."""
     dims = [int(s) for s in reversed(buffer.shape)]  # innermost first
     if len(box) != len(dims) or not 1 <= len(dims) <= 5:
         raise ValueError(f"encode_tensor_map: a {len(box)}-d box for a {len(dims)}-d buffer {buffer.name}")

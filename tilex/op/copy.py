@@ -22,7 +22,7 @@ from tilex.op.partition import (access_vectorizable, analyzer_scope, coalesced_p
                                 emit_by_plan, fragment_vector_width, pick_vector, static_shape, unflatten)
 from tilex.op.region import READ, WRITE, Region, to_region, tile_shape
 from tilex.op.registry import register_tile_op
-from tilex.op.tma_load import tma_box, tma_eligible
+from tilex.op.tma_load import tma_box, tma_tile_eligible
 
 
 def _int(e):
@@ -84,9 +84,9 @@ class CopyOp(TileOp):
             return False
         if len(self.src.buffer.shape) != 2 or self.src.shape != [int(e) for e in self.src.buffer.shape]:
             return False
-        if len(self.dst.buffer.shape) != 2:  # TMA stores encode 2-d maps only (tma_eligible accepts rank 2..5)
+        if len(self.dst.buffer.shape) != 2:  # TMA stores encode 2-d maps only (tma_tile_eligible accepts rank 2..5)
             return False
-        return tma_eligible(self.dst, self.src)
+        return tma_tile_eligible(self.dst, self.src)
 
     def _tma_layout(self):
         rows, cols, swz, _ = tma_box(self.src)

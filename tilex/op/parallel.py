@@ -123,13 +123,22 @@ class ParallelOp(TileOp):
         return pick_vector(self.extents, ctx.threads, elem_bits, accesses, ctx.analyzer, {})
 
     def lower(self, ctx):
+        split = tile_uniform_select(self.body, self.vars, self.extents, ctx.analyzer)
+        if split is None:
+            return self._lower_body(ctx, self.body)
+        everywhere, nowhere, when_true, when_false = split
+        # a mask that holds (or fails) on the whole tile, as a causal mask does off the diagonal, costs nothing there
+        return tirx.IfThenElse(everywhere, self._lower_body(ctx, when_true), tirx.IfThenElse(
+            nowhere, self._lower_body(ctx, when_false), self._lower_body(ctx, self.body)))
+
+    def _lower_body(self, ctx, body):
         frag = self.loop_layout
         if frag is None:
             elem_bits = self._widest_bits()
             vec = self._plan_vector_lower(ctx, elem_bits)
 
             def make(ix, _guard):
-                return substitute(self.body, dict(zip(self.vars, ix)))
+                return substitute(body, dict(zip(self.vars, ix)))
 
             return emit_by_plan(ctx, self.extents, vec, make, name="par")
         vec = fragment_vector_width(frag, min(4, max(1, 128 // self._widest_bits())), ctx.analyzer)
@@ -137,8 +146,7 @@ class ParallelOp(TileOp):
         self._check_ownership(ctx, frag)
 
         def make_frag(ix, _guard, l_flat):
-            body = substitute(self.body, dict(zip(self.vars, ix)))
-            return _direct_fragment_access(body, frag, ix, l_flat, ctx)
+            return _direct_fragment_access(substitute(body, dict(zip(self.vars, ix))), frag, ix, l_flat, ctx)
 
         return emit_by_fragment(ctx, frag, vec, make_frag, name="par", bounds=self.extents)
 
@@ -178,6 +186,56 @@ class ParallelOp(TileOp):
 
     def describe(self):
         return f"T.Parallel{tuple(self.extents)}"
+
+
+_COMPARISONS = (tirx.GE, tirx.GT, tirx.LE, tirx.LT)
+
+
+def _holds_everywhere(cond, dom, analyzer):
+    """(cond holds on the whole domain, cond fails on the whole domain) as conditions free of the loop vars, or
+    None when `cond` is not a conjunction of integer comparisons."""
+    if isinstance(cond, tirx.And):
+        a, b = _holds_everywhere(cond.a, dom, analyzer), _holds_everywhere(cond.b, dom, analyzer)
+        if a is None or b is None:
+            return None
+        return tirx.And(a[0], b[0]), tirx.Or(a[1], b[1])
+    if not isinstance(cond, _COMPARISONS) or "int" not in str(dtype_of(cond.a)):
+        return None
+    d = analyzer.int_set(cond.a - cond.b, dom)
+    lo, hi = d.min_value, d.max_value
+    if isinstance(cond, tirx.GE):
+        return lo >= 0, hi < 0
+    if isinstance(cond, tirx.GT):
+        return lo > 0, hi <= 0
+    if isinstance(cond, tirx.LE):
+        return hi <= 0, lo > 0
+    return hi < 0, lo >= 0
+
+
+def tile_uniform_select(body, vars_, extents, analyzer):
+    """For a loop body ``buf[...] = if_then_else(cond, a, b)`` whose condition compares integer expressions of the
+    loop variables (a causal or bounds mask): (cond holds on every iteration, cond fails on every iteration, the
+    body storing `a`, the body storing `b`), conditions free of the loop variables; else None."""
+    if not isinstance(body, tirx.BufferStore):
+        return None
+    v = body.value
+    if not (isinstance(v, tvm.ir.Call) and isinstance(v.op, tvm.ir.Op) and v.op.name.endswith(".if_then_else")):
+        return None
+    dom = {x: tvm.sym.IntervalSet(0, e - 1) for x, e in zip(vars_, extents)}
+    both = _holds_everywhere(v.args[0], dom, analyzer)
+    if both is None:
+        return None
+    everywhere, nowhere = (analyzer.simplify(c) for c in both)
+    if any(isinstance(c, tirx.IntImm) for c in (everywhere, nowhere)):
+        return None  # decided statically: the simplifier already drops the select or the mask is needed anyway
+    loop_vars = set(vars_)
+    free = []
+    walk(everywhere, (tvm.ir.Var, lambda n: free.append(n)))
+    walk(nowhere, (tvm.ir.Var, lambda n: free.append(n)))
+    if any(f in loop_vars for f in free):
+        return None
+    return (everywhere, nowhere, tirx.BufferStore(body.buffer, v.args[1], body.indices),
+            tirx.BufferStore(body.buffer, v.args[2], body.indices))
 
 
 def _covers(shape, extents):

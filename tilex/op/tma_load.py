@@ -4,8 +4,10 @@ Created by the software-pipelining pass for warp-specialized loops (users keep w
 tile must carry a wgmma operand layout (`tilex.layout.wgmma`): each swizzle plane of it is one TMA box (E columns
 by all rows, E = one swizzle row; for a global tensor of rank 3..5 the box is 1 in the dimensions other than the
 tile's rows and columns, `tma_box_dims`), loaded with the matching hardware swizzle, so data lands exactly where the
-layout says. Out-of-bounds parts of a box read as zero. The tensor map is encoded by the host code before launch
-(`LowerContext.tensor_map`, `tilex.ir.intrin.encode_tensor_map`).
+layout says. A *vector* (a copy whose only non-unit extent is the last one, of 2- or 4-byte data: attention
+backward's ``lse[b, h, i * bm:(i + 1) * bm]``) is one unswizzled box of (length, 1, ..., 1) into a row-major
+shared buffer (:func:`tma_vector`). Out-of-bounds parts of a box read as zero. The tensor map is encoded by the
+host code before launch (`LowerContext.tensor_map`, `tilex.ir.intrin.encode_tensor_map`).
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from tvm import tirx
 
 from tilex.ir import intrin
 from tilex.ir.hardware import MBARRIER_TX, TMA_LOAD, supports, unsupported_message
-from tilex.layout import make_wgmma_operand_layout, wgmma_swizzle_bytes
+from tilex.layout import Layout, make_wgmma_operand_layout, wgmma_swizzle_bytes
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_global, is_shared
 from tilex.op.region import READ, WRITE, Region
 from tilex.op.registry import register_tile_op
@@ -23,14 +25,65 @@ def tma_load_call(src: Region, dst: Region, barrier):
     return tirx.call_intrin("handle", "tilex.tma_load", src.to_call(READ), dst.to_call(WRITE), barrier)
 
 
+#: Most elements of a vector TMA load (one box; TMA's box extents are at most 256).
+MAX_VECTOR = 256
+
+
+def _is_vector(region: Region) -> bool:
+    """Whether every extent of `region` but the last is (statically) 1."""
+    return all(isinstance(e, (int, tirx.IntImm)) and int(e) == 1 for e in region.extents[:-1])
+
+
 def tma_box(dst: Region):
-    """(rows, cols, swizzle bytes, elements per plane) of the shared tile a tma_load fills."""
-    rows, cols = (int(e) for e in dst.extents[-2:])
+    """(rows, cols, swizzle bytes, elements per plane) of the shared tile a tma_load fills; a vector (extents 1
+    but the last, :func:`tma_vector`) is (1, length, 0, length): one unswizzled plane."""
     bits = tvm.DataType(str(dst.buffer.dtype)).bits
+    if _is_vector(dst):
+        n = int(dst.extents[-1])
+        return 1, n, 0, n
+    rows, cols = (int(e) for e in dst.extents[-2:])
     s = wgmma_swizzle_bytes(rows, cols, bits)
     if s == 0:
         raise TileOpError(f"tma_load: a ({rows}, {cols}) tile has no TMA/wgmma swizzle")
     return rows, cols, s, s * 8 // bits
+
+
+def tma_bytes(dst: Region) -> int:
+    """Bytes one tma_load into `dst` delivers (what its stage's full barrier expects)."""
+    rows, cols, _, _ = tma_box(dst)
+    return rows * cols * tvm.DataType(str(dst.buffer.dtype)).bits // 8
+
+
+def _global_ok(gb, bytes_per) -> bool:
+    """A static, contiguous global tensor whose byte strides (dims 0 .. rank-2) are multiples of 16."""
+    if any(not isinstance(s, tirx.IntImm) for s in gb.shape) or (gb.strides is not None and len(gb.strides) > 0):
+        return False
+    stride = bytes_per
+    for d in reversed([int(s) for s in gb.shape[1:]]):
+        stride *= d
+        if stride % 16:
+            return False
+    return True
+
+
+def tma_vector(src: Region, dst: Region) -> bool:
+    """Whether the global->shared copy `src` -> `dst` is a vector TMA load: 2- or 4-byte data (the same dtype on
+    both sides), a static contiguous global tensor of rank 1..5 with 16-byte aligned strides, a copy region whose
+    extents are 1 except the last, of at most :data:`MAX_VECTOR` elements and a multiple of 16 bytes, into a
+    shared region with extent 1 in every dimension but the last. The shared buffer is row-major (no swizzle)."""
+    gb, sb = src.buffer, dst.buffer
+    rank = len(gb.shape)
+    if not (is_global(gb) and is_shared(sb)) or not 1 <= rank <= 5 or str(gb.dtype) != str(sb.dtype):
+        return False
+    bits = tvm.DataType(str(gb.dtype)).bits
+    if bits not in (16, 32) or not all(isinstance(e, (int, tirx.IntImm)) for e in [*src.extents, *dst.extents]):
+        return False
+    if not (_is_vector(src) and _is_vector(dst)):
+        return False
+    n = int(src.extents[-1])
+    if n != int(dst.extents[-1]) or not 0 < n <= MAX_VECTOR or n * bits // 8 % 16:
+        return False
+    return _global_ok(gb, bits // 8)
 
 
 def tma_rows_dim(src: Region):
@@ -45,12 +98,20 @@ def tma_rows_dim(src: Region):
 
 
 def tma_eligible(src: Region, dst: Region):
-    """Whether a global->shared tile copy can be a TMA load: a static, contiguous global tensor of rank 2..5 with
-    16-bit data and 16-byte aligned rows (every byte stride a multiple of 16), a box that fits the hardware limits,
-    and a copy region whose extents are 1 except in the last dimension (the tile's columns) and in one other
-    dimension (the tile's rows; for a 2-d tensor, the first)."""
+    """Whether a global->shared copy can be a TMA load: a 2-d tile (:func:`tma_tile_eligible`) or a vector
+    (:func:`tma_vector`)."""
+    return tma_tile_eligible(src, dst) or tma_vector(src, dst)
+
+
+def tma_tile_eligible(src: Region, dst: Region):
+    """Whether a global->shared tile copy can be a TMA load of a swizzled 2-d tile: a static, contiguous global
+    tensor of rank 2..5 with 16-bit data and 16-byte aligned rows (every byte stride a multiple of 16), a box that
+    fits the hardware limits, and a copy region whose extents are 1 except in the last dimension (the tile's
+    columns) and in one other dimension (the tile's rows; for a 2-d tensor, the first)."""
     gb = src.buffer
     rank = len(gb.shape)
+    if _is_vector(dst):
+        return False
     if not (is_global(gb) and is_shared(dst.buffer)) or not 2 <= rank <= 5 or str(gb.dtype) != str(dst.buffer.dtype):
         return False
     if tvm.DataType(str(gb.dtype)).bits != 16 or any(not isinstance(s, tirx.IntImm) for s in gb.shape):
@@ -84,7 +145,8 @@ def tma_box_dims(src: Region, dst: Region):
     rank = len(src.buffer.shape)
     box = [1] * rank
     box[0] = elems
-    box[rank - 1 - tma_rows_dim(src)] = rows
+    if not _is_vector(dst):
+        box[rank - 1 - tma_rows_dim(src)] = rows
     return tuple(box)
 
 
@@ -104,8 +166,10 @@ class TmaLoadOp(TileOp):
         return f"tma_load({self.src} -> {self.dst})"
 
     def _layout(self):
-        rows, cols, _, _ = tma_box(self.dst)
         buf = self.dst.buffer
+        if _is_vector(self.dst):  # row-major: one unswizzled box
+            return Layout([int(s) for s in buf.shape], lambda *ix: list(ix))
+        rows, cols, _, _ = tma_box(self.dst)
         want = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
         return want.expand([int(s) for s in buf.shape[:-2]]) if len(buf.shape) > 2 else want
 
@@ -125,7 +189,8 @@ class TmaLoadOp(TileOp):
         want = self._layout()
         have = ctx.layout_map.get(buf)
         if have is None or not have.is_equal(want):
-            raise TileOpError(f"{self.describe()}: the shared tile '{buf.name}' must have the wgmma swizzle layout "
+            kind = "a row-major" if swz == 0 else "the wgmma swizzle"
+            raise TileOpError(f"{self.describe()}: the shared tile '{buf.name}' must have {kind} layout "
                               f"for a TMA load, it has {have}")
         g = self.src.buffer
         rank = len(g.shape)
@@ -133,7 +198,7 @@ class TmaLoadOp(TileOp):
         bar = tirx.address_of(ctx.load(self.barrier.source, list(self.barrier.indices)))
         out = []
         for p in range(cols // elems):
-            idx = list(self.dst.mins[:-2]) + [self.dst.mins[-2], self.dst.mins[-1] + p * elems]
+            idx = list(self.dst.mins[:-1]) + [self.dst.mins[-1] + p * elems]
             phys, off = ctx.physical_index(buf, idx)
             # written by the async proxy, ordered by the stage's mbarrier: not an access for TVM's ThreadSync
             dst_ptr = phys.access_ptr(0, offset=off[0], extent=1)
@@ -143,4 +208,5 @@ class TmaLoadOp(TileOp):
         return out[0] if len(out) == 1 else tirx.SeqStmt(out)
 
 
-_TMA_LOADS = {2: intrin.tma_load_2d, 3: intrin.tma_load_3d, 4: intrin.tma_load_4d, 5: intrin.tma_load_5d}
+_TMA_LOADS = {1: intrin.tma_load_1d, 2: intrin.tma_load_2d, 3: intrin.tma_load_3d, 4: intrin.tma_load_4d,
+              5: intrin.tma_load_5d}

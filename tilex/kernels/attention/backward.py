@@ -149,8 +149,9 @@ _KERNELS = {}
 
 
 def default_blocks(dim):
-    """(bm, bn, num_stages, threads) of the main kernel for a head dim: one warpgroup, 64 x 64 tiles."""
-    return 64, 64, 2, 128
+    """(bm, bn, num_stages, threads) of the main kernel for a head dim: 128 key rows in two warpgroups, 64 query
+    rows per step (H100, D128: 0.78x SDPA's backward; 64 x 64 in one warpgroup: 0.53x)."""
+    return (64, 128, 2, 256) if dim <= 128 else (64, 64, 2, 128)
 
 
 def backward_kernels(batch, heads, seq, dim, causal, sm_scale, dtype, target="auto"):

@@ -17,6 +17,9 @@ consumer loop, under the same ``tilex.ws_pipeline_*`` attributes as :mod:`.ws_lo
   S(k), then P(k-1) V(k-1), waits for S(k) alone (``wgmma_wait<1>``), and waits for P V (and frees its stage)
   just before the first statement that touches its tiles (the cast of P, the rescale of O); the last one is
   issued after the loop.
+* opt in (``tilex.warpgroup_turns``): with two consumer warpgroups that own disjoint rows, each issues its block
+  of MMAs (S(k) and P(k-1) V(k-1)) only in its turn and passes the turn right after issuing (named barriers
+  ``TURNS``), so one warpgroup's softmax runs while the other's MMAs do (FlashAttention-3's ping-pong).
 """
 from __future__ import annotations
 
@@ -27,11 +30,16 @@ from tilex import config
 from tilex.ir import intrin
 from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC, WS_INIT, WS_PRODUCER
 from tilex.ir.visit import seq, storage_sync, substitute
+from tilex.op import gemm_wgmma
 from tilex.op.base import is_shared
 from tilex.op.region import Region
 from tilex.op.tma_load import tma_box, tma_load_call
 from tilex.transform.hopper.ws_loops import segment_attrs
-from tilex.transform.pipeline.analysis import accesses, retarget
+from tilex.transform.pipeline.analysis import accesses, retarget, tile_op
+
+#: Named barrier ids of the two consumer warpgroups' turns (0 is __syncthreads, 1 the consumers' block barrier).
+TURNS = (2, 3)
+
 
 def load_groups(plan):
     """The producer copies grouped by the consumer statement that first reads them: [(first reader index, last
@@ -60,6 +68,15 @@ def _deferred_gemm(acc, gemms, sync_gemms, n):
     if any((acc[j][0] | acc[j][1]) & touched for j in window):
         return None
     return last
+
+
+def _rows_split(ctx, consumers, gemms):
+    """Whether every gemm gives each warpgroup rows of its own (nothing in the loop crosses warpgroups)."""
+    for i in gemms:
+        p = gemm_wgmma.plan(tile_op(consumers[i]), ctx.threads, ctx.target)
+        if p is None or p.wg_n != 1:
+            return False
+    return True
 
 
 def rewrite(ctx, loop, plan):
@@ -110,6 +127,17 @@ def rewrite(ctx, loop, plan):
     def issue_only(stmt):
         return tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, stmt)
 
+    wg = tirx.floordiv(t, 128)
+    # opt in: the two consumer warpgroups issue their blocks of MMAs in turns (named barriers TURNS)
+    turns = (last is not None and config.get("warpgroup_turns", False) and ctx.threads == 256
+             and not shared_written - plan.produced and _rows_split(ctx, consumers, gemms))
+
+    def turn(stmts):
+        """`stmts` (a block of MMA issues) inside warpgroup wg's turn; the turn passes right after issuing."""
+        if not turns:
+            return list(stmts)
+        return [intrin.named_barrier_wait(TURNS[0] + wg, 256), *stmts, intrin.named_barrier_arrive(TURNS[1] - wg, 256)]
+
     last_groups = [e for (_, lst, _), (_, e) in zip(groups, barriers) if lst == last]
     if last is not None:
         first = gemms[0]
@@ -133,7 +161,9 @@ def rewrite(ctx, loop, plan):
             if last is not None and i == first and not peeled:
                 # S(k) = Q K(k)^T first, then O += P(k-1) V(k-1): waiting for all but the newest group completes
                 # S(k) while P V runs on during the softmax
-                body += [issue_only(c), previous_last, intrin.wgmma_wait(1)]
+                body += [*turn([issue_only(c), previous_last]), intrin.wgmma_wait(1)]
+            elif last is not None and i == first:
+                body += [*turn([issue_only(c)]), intrin.wgmma_wait(0)]
             elif i in sync_gemms:
                 body.append(tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_SYNC, c))
             else:
@@ -147,9 +177,15 @@ def rewrite(ctx, loop, plan):
         # the first iteration is peeled (no P V before it), so every wgmma of the loop body is issued and waited
         # for unconditionally: ptxas serializes all of them when it cannot follow an MMA across a branch
         final = tirx.floormod(base + trips - 1, stages)
-        drain = [issue_only(retarget(substitute(consumers[last], {k: hi - 1}), bufmap, final)), intrin.wgmma_wait(0)]
+        drain = [issue_only(retarget(substitute(consumers[last], {k: hi - 1}), bufmap, final))]
+        if turns:
+            # warpgroup 0 takes the first turn; warpgroup 1's last pass would be left over on the barrier
+            drain = [intrin.named_barrier_wait(TURNS[0] + wg, 256), *drain,
+                     tirx.IfThenElse(wg == 0, intrin.named_barrier_arrive(TURNS[1], 256), None)]
+        drain.append(intrin.wgmma_wait(0))
+        first_turn = [tirx.IfThenElse(wg == 1, intrin.named_barrier_arrive(TURNS[0], 256), None)] if turns else []
         consumer = tirx.IfThenElse(trips > 0, seq([
-            substitute(iteration(True), {k: lo}),
+            *first_turn, substitute(iteration(True), {k: lo}),
             tirx.For(k, lo + 1, trips - 1, tirx.ForKind.SERIAL, iteration(False)),
             *drain, *[release(e, final) for e in last_groups]]), None)
     # tiles the consumers stored before the loop (attention's Q) reach the async proxy before any wgmma reads them
