@@ -1,5 +1,5 @@
-// Approximate float32 math on the multi-function unit (one MUFU instruction each), used for T.exp2 / T.exp and
-// float32 division unless the kernel was compiled with tilex.disable_fast_math.
+// Approximate float32 math on the multi-function unit (one MUFU instruction each), used for T.exp2 / T.exp
+// unless the kernel was compiled with tilex.disable_fast_math (tilex/transform/fast_math.py).
 #pragma once
 
 namespace tilex {
@@ -13,8 +13,5 @@ __device__ __forceinline__ float exp2_approx(float x) {
 
 // e^x as 2^(x log2 e).
 __device__ __forceinline__ float exp_approx(float x) { return exp2_approx(x * 1.4426950408889634f); }
-
-// a / b with an approximate reciprocal (__fdividef: 2 ulp for |b| in [2^-126, 2^126]).
-__device__ __forceinline__ float div_approx(float a, float b) { return __fdividef(a, b); }
 
 }  // namespace tilex

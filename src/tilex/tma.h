@@ -170,6 +170,33 @@ __device__ __forceinline__ void tma_store_2d(uint64_t tensor_map, void* smem, in
 #endif
 }
 
+// Tensor-map reduction of one shared-memory box into global memory: global += box, element by element, done by the
+// TMA unit (out-of-bounds parts of the box are skipped). A bulk-group operation like tma_store_*; coordinates
+// innermost first.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TILEX_TMA_REDUCE_ADD(N, COORDS, ...)                                                                        \
+  asm volatile("cp.reduce.async.bulk.tensor." #N "d.global.shared::cta.add.tile.bulk_group [%0, {" COORDS "}], [%1];\n" \
+               ::"l"(tensor_map), "r"(smem_addr(smem)), __VA_ARGS__ : "memory")
+#elif defined(__CUDA_ARCH__)
+#define TILEX_TMA_REDUCE_ADD(N, COORDS, ...) tilex_error_tma_mbarrier_requires_sm_90()
+#else
+#define TILEX_TMA_REDUCE_ADD(N, COORDS, ...) (void)tensor_map
+#endif
+__device__ __forceinline__ void tma_reduce_add_2d(uint64_t tensor_map, void* smem, int c0, int c1) {
+  TILEX_TMA_REDUCE_ADD(2, "%2, %3", "r"(c0), "r"(c1));
+}
+__device__ __forceinline__ void tma_reduce_add_3d(uint64_t tensor_map, void* smem, int c0, int c1, int c2) {
+  TILEX_TMA_REDUCE_ADD(3, "%2, %3, %4", "r"(c0), "r"(c1), "r"(c2));
+}
+__device__ __forceinline__ void tma_reduce_add_4d(uint64_t tensor_map, void* smem, int c0, int c1, int c2, int c3) {
+  TILEX_TMA_REDUCE_ADD(4, "%2, %3, %4, %5", "r"(c0), "r"(c1), "r"(c2), "r"(c3));
+}
+__device__ __forceinline__ void tma_reduce_add_5d(uint64_t tensor_map, void* smem, int c0, int c1, int c2, int c3,
+                                                  int c4) {
+  TILEX_TMA_REDUCE_ADD(5, "%2, %3, %4, %5, %6", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
+}
+#undef TILEX_TMA_REDUCE_ADD
+
 __device__ __forceinline__ void bulk_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");

@@ -23,8 +23,8 @@ SM90 = "sm_90a"
 def test_backward_main_compiles(batch, heads, seq, dim, causal, dtype):
     k = tilex.compile(bwd_main(batch, heads, seq, dim, causal, dtype=dtype), out_idx=[7, 8], target=SM90)
     src = k.get_kernel_source()
-    # dQ is accumulated across key blocks with (vectorized) atomics into the fp32 dQ_accum
-    assert "tilex::atomic_add" in src and "dQ_accum_ptr" in src
+    # dQ is accumulated across key blocks into the fp32 dQ_accum by TMA reductions of the staged tile (no atomics)
+    assert "tilex::tma_reduce_add_4d" in src and "tilex::atomic_add" not in src
     # five tensor-core gemms per query block, two of them with a 16-bit register A operand (P^T, dS^T)
     assert len(re.findall(r"wgmma_m64n\d+k16_rs_b?f16", src)) == 2
     assert len(re.findall(r"wgmma_m64n\d+k16_b?f16<", src)) == 3

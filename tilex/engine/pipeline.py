@@ -6,13 +6,13 @@
                                    TMA producer / wgmma consumer loops (transform/pipeline/, transform/hopper/)
       -> LayoutInference           Layout / Fragment for every shared buffer and fragment
       -> LowerTileOps              per-thread TIR; physical buffers
-      -> FastMath                  float32 exp2 / exp on ex2.approx (unless tilex.disable_fast_math)
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
       -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
       -> ThreadBlockSwizzle        T.use_swizzle rasterization
       -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, MergeSharedMemoryAllocations, CheckSharedMemory (tilex),
               UnfoldRoles + ThreadSync + NamedBarriers + BulkStoreWaits (tilex), SplitHostDevice, MakePackedAPI,
-              BF16/FP8 legalization
+              BF16/FP8 legalization; LowerIntrin with tilex's float32 exp2 / exp rules (transform/fast_math.py:
+              ex2.approx unless tilex.disable_fast_math)
       -> TVM CUDA codegen -> nvcc (tilex.engine.nvcc, headers from src/)
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tilex.ir.shared_memory import shared_usage
 from tilex.ir.source import backtrace_requested, is_located
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
-from tilex.transform.fast_math import fast_math
+from tilex.transform import fast_math  # noqa: F401  (registers the float32 exp2 / exp lowering rules)
 from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
@@ -66,7 +66,6 @@ def _tile_passes(func, target):
     func = inject_pipeline(func, target)
     func = layout_inference(func, target)
     func = lower_tile_ops(func, target)
-    func = fast_math(func)
     func = warp_specialize(func)
     func = persistent_tiles(func, target)
     return thread_block_swizzle(func)  # after lowering: bounds proofs see grid ranges

@@ -37,7 +37,6 @@ SHFL_XOR = "tilex::shfl_xor"
 # ---- fast_math.h --------------------------------------------------------------------------------------------------
 EXP2_APPROX = "tilex::exp2_approx"
 EXP_APPROX = "tilex::exp_approx"
-DIV_APPROX = "tilex::div_approx"
 # ---- atomic.h -----------------------------------------------------------------------------------------------------
 ATOMIC_PREFIX = "tilex::atomic_"  # atomic_add / atomic_max / atomic_min / atomic_add_vec<global>
 RED_PREFIX = "tilex::red"
@@ -60,6 +59,7 @@ TMA_LOAD_5D = "tilex::tma_load_5d"
 #: the N-d tensor-map loads by rank (rank 2: TMA_LOAD_2D); never multicast (transform/hopper/clusters.py)
 TMA_LOAD_ND = {3: TMA_LOAD_3D, 4: TMA_LOAD_4D, 5: TMA_LOAD_5D}
 TMA_STORE_2D = "tilex::tma_store_2d"
+TMA_REDUCE_ADD_ND = {r: f"tilex::tma_reduce_add_{r}d" for r in (2, 3, 4, 5)}
 BULK_COMMIT = "tilex::bulk_commit"
 BULK_WAIT_READ = "tilex::bulk_wait_read"
 NAMED_BARRIER_SYNC = "tilex::named_barrier_sync"
@@ -204,10 +204,6 @@ def exp_approx(x):
     return tirx.call_extern("float32", EXP_APPROX, x)
 
 
-def div_approx(a, b):
-    """float32 a / b with an approximate reciprocal (``__fdividef``)."""
-    return tirx.call_extern("float32", DIV_APPROX, a, b)
-
 
 # ---- atomic.h -----------------------------------------------------------------------------------------------------
 def atomic_name(kind_name: str, vector_global: bool | None = None) -> str:
@@ -294,6 +290,17 @@ def tma_load_2d_multicast(dst_ptr, tmap_ptr, bar_ptr, col, row, mask):
 
 def tma_store_2d(tmap_ptr, src_ptr, col, row):
     return _stmt(TMA_STORE_2D, tmap_ptr, src_ptr, col, row)
+
+
+def tma_reduce_add(tmap_ptr, src_ptr, coords):
+    """Global += one shared box through the tensor map (rank = len(coords), coordinates innermost first); a
+    bulk-group operation like :func:`tma_store_2d`."""
+    return _stmt(TMA_REDUCE_ADD_ND[len(coords)], tmap_ptr, src_ptr, *coords)
+
+
+def is_bulk_store(node) -> bool:
+    """Whether `node` calls a bulk-group store (a TMA store or reduction) that reads shared memory asynchronously."""
+    return is_call(node, TMA_STORE_2D) or any(is_call(node, n) for n in TMA_REDUCE_ADD_ND.values())
 
 
 #: CUtensorMapSwizzle value of each TMA swizzle width (bytes); 0: none (row-major boxes, `tilex.op.tma_load` vectors).

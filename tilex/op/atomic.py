@@ -22,14 +22,17 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from tilex import config
 from tilex.ir import intrin
-from tilex.ir.hardware import VECTOR_ATOMICS, supports
-from tilex.ir.visit import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes, substitute
+from tilex.ir.hardware import TMA_STORE, VECTOR_ATOMICS, supports
+from tilex.ir.visit import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes, storage_sync, substitute
+from tilex.layout import Layout
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_local, is_shared
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
                                 fragment_vector_width, pick_vector, static_shape, unflatten)
 from tilex.op.region import READ, READ_WRITE, Region, tile_shape, to_region
 from tilex.op.registry import register_tile_op
+from tilex.op.tma_load import tma_reduce_box
 
 ADD, MAX, MIN = 0, 1, 2
 KIND_NAMES = {ADD: "add", MAX: "max", MIN: "min"}
@@ -166,9 +169,19 @@ class AtomicOp(TileOp):
     def describe(self):
         return f"{_api(self.kind)}({self.dst}, {self.src})"
 
+    def _row_major(self, ctx):
+        lay = ctx.layout_map.get(self.src.buffer)
+        return lay is not None and is_shared(self.src.buffer) and lay.is_equal(self._row_major_layout())
+
+    def _row_major_layout(self):
+        return Layout([int(s) for s in self.src.buffer.shape], lambda *ix: list(ix))
+
     # ---- layout inference (as T.copy from a fragment) ---------------------------------------------------------------
     def infer_layout(self, ctx, level):
         sb = self.src.buffer
+        if level == InferLevel.STRICT and is_shared(sb) and ctx.layout_map.get(sb) is None \
+                and self._tma_reduce_box(ctx.target) is not None:
+            return {sb: self._row_major_layout()}  # one unswizzled TMA box
         if level != InferLevel.FREE or not is_fragment(sb) or ctx.layout_map.get(sb) is not None:
             return {}
         bits = tvm.DataType(str(self.dst.buffer.dtype)).bits
@@ -255,10 +268,39 @@ class AtomicOp(TileOp):
             cond = extra_cond if cond is None else tirx.And(extra_cond, cond)
         return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
 
+    # ---- TMA reduction (sm90): a whole shared tile added into global memory by the TMA unit ---------------------------
+    def _tma_reduce_box(self, target):
+        """The TMA box when this is a float add of a whole row-major shared tile into a global tile that one TMA
+        reduction can do (sm90, TMA not disabled), else None."""
+        if self.kind != ADD or target is None or config.get("disable_tma", False) \
+                or config.get("disable_tma_store", False) or not supports(target, TMA_STORE):
+            return None
+        if str(self.dst.buffer.dtype) not in ("float32", "float16", "bfloat16"):
+            return None
+        return tma_reduce_box(self.dst, self.src)
+
+    def _lower_tma_reduce(self, ctx, box):
+        """Every thread fences its shared-memory writes for the async proxy and syncs; thread 0 issues the
+        reduction and commits the bulk group (BulkStoreWaits makes it wait for the tile to be read before the next
+        barrier, which orders any later write of the tile)."""
+        sb, gb = self.src.buffer, self.dst.buffer
+        tmap = ctx.tensor_map(gb, box, 0)
+        phys, off = ctx.physical_index(sb, [0, 0])
+        rows, cols = (int(e) for e in sb.shape)
+        coords = [self.dst.mins[d] for d in reversed(range(len(gb.shape)))]
+        red = intrin.tma_reduce_add(tirx.address_of(tmap), phys.access_ptr("r", offset=off[0], extent=rows * cols),
+                                    coords)
+        return tirx.SeqStmt([intrin.fence_proxy_async(), storage_sync(sb.scope()),
+                             tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt([red, intrin.bulk_commit()]), None)])
+
     def lower(self, ctx):
         sb = self.src.buffer
         if is_local(sb):
             return self._lower_local(ctx)
+        if is_shared(sb) and (ctx.layout_map.get(sb) is None or self._row_major(ctx)):
+            box = self._tma_reduce_box(ctx.target)
+            if box is not None:
+                return self._lower_tma_reduce(ctx, box)
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
         hw = self._hw_vector(ctx)
         if is_fragment(sb):

@@ -150,6 +150,33 @@ def tma_box_dims(src: Region, dst: Region):
     return tuple(box)
 
 
+def tma_reduce_box(dst: Region, src: Region):
+    """The box (one extent per global dimension, innermost first) of a TMA reduction of the whole row-major 2-d
+    shared tile `src` (rows x cols, 16- or 32-bit) into the global region `dst`, or None when the hardware cannot
+    do it in one box: rows and cols at most 256, rows of a multiple of 16 bytes, the same dtype on both sides, a
+    static contiguous global tensor of rank 2..5 with 16-byte aligned strides, and a region whose extents are 1
+    except the last (cols) and one rows dimension (rows)."""
+    sb, gb = src.buffer, dst.buffer
+    if not (is_shared(sb) and is_global(gb)) or str(sb.dtype) != str(gb.dtype) or len(sb.shape) != 2:
+        return None
+    bits = tvm.DataType(str(gb.dtype)).bits
+    rank = len(gb.shape)
+    if bits not in (16, 32) or not 2 <= rank <= 5 or not _global_ok(gb, bits // 8):
+        return None
+    if not all(isinstance(e, (int, tirx.IntImm)) for e in [*src.extents, *dst.extents, *sb.shape]):
+        return None
+    rows, cols = (int(e) for e in sb.shape)
+    if [int(e) for e in src.extents] != [rows, cols] or rows > 256 or cols > 256 or cols * bits // 8 % 16:
+        return None
+    ext = [int(e) for e in dst.extents]
+    rd = tma_rows_dim(dst)
+    if ext[-1] != cols or rd is None or ext[rd] != rows or any(e != 1 for d, e in enumerate(ext[:-1]) if d != rd):
+        return None
+    box = [1] * rank
+    box[0], box[rank - 1 - rd] = cols, rows
+    return tuple(box)
+
+
 @register_tile_op("tilex.tma_load")
 class TmaLoadOp(TileOp):
     def __init__(self, src: Region, dst: Region, barrier):

@@ -1,38 +1,45 @@
-"""FastMath: float32 ``exp2`` / ``exp`` / division on the hardware's approximate instructions.
+"""FastMath: float32 ``exp2`` / ``exp`` on the hardware's approximate instruction.
 
-Consumes: per-thread TIR (after LowerTileOps), on a CUDA target.
-Produces: every float32 ``tirx.exp2(x)`` as ``tilex::exp2_approx(x)`` and ``tirx.exp(x)`` as ``tilex::exp_approx(x)``
-(one ``ex2.approx.ftz`` each; relative error about 2^-22, results below 2^-126 flushed to zero) and float32
-``a / b`` as ``tilex::div_approx(a, b)`` (``__fdividef``: 2 ulp while |b| is within [2^-126, 2^126]), unless
-``tilex.disable_fast_math``. The precise ``exp2f`` costs a range check and two multiplies around the same
-instruction, which an attention softmax pays for every score.
+Not a pass over the IR but CUDA lowering rules for TVM's ``tirx.exp2`` / ``tirx.exp``, registered on import ahead of
+TVM's own and applied by its LowerIntrin, which runs after vectorization (an extern call in the IR would keep
+TVM's VectorizeLoop from vectorizing the loads and stores around it). Float32 ``exp2(x)`` becomes
+``tilex::exp2_approx(x)`` and ``exp(x)`` ``tilex::exp_approx(x)`` (one ``ex2.approx.ftz`` each; relative error about
+2^-22, results below 2^-126 flushed to zero); ``tilex.disable_fast_math`` keeps the precise ``exp2f`` / ``expf``, and
+other dtypes get what TVM's rules give them. The precise ``exp2f`` costs a range check and two multiplies around
+the same instruction, which an attention softmax pays for every score.
 """
 from __future__ import annotations
 
-import tvm
 from tvm import tirx
 
 from tilex import config
 from tilex.ir import intrin
-from tilex.ir.visit import map_nodes
 
-_APPROX = {"tirx.exp2": intrin.exp2_approx, "tirx.exp": intrin.exp_approx}
+#: Above TVM's own CUDA rules (level 10), so these are the ones LowerIntrin applies.
+RULE_LEVEL = 99
 
 
-def fast_math(func):
-    if config.get("disable_fast_math", False):
-        return func
+def _lowering(approx, precise):
+    """The rule for one op: `approx` for float32 (scalar or vector) unless disabled, `precise` (the C function for
+    float32; ``h``-prefixed for 16-bit floats, unsuffixed for float64, as TVM's CUDA rules print them)."""
+    def lower(call):
+        dtype = str(call.ty)
+        base = dtype.split("x")[0]
+        if base == "float32":
+            name = precise if config.get("disable_fast_math", False) else approx
+        elif base in ("float16", "bfloat16"):
+            name = "h" + precise[:-1]
+        else:
+            name = precise[:-1]
+        return tirx.call_pure_extern(dtype, name, *call.args)
+    return lower
 
-    def on_call(node):
-        op = node.op
-        if isinstance(op, tvm.ir.Op) and op.name in _APPROX and str(node.ty) == "float32" and len(node.args) == 1:
-            return _APPROX[op.name](node.args[0])
-        return node
 
-    def on_div(node):
-        if str(node.ty) == "float32":
-            return intrin.div_approx(node.a, node.b)
-        return node
+def register_rules():
+    """Install the rules (done once on import; a later registration at a lower level does not replace them)."""
+    tirx.op.register_intrin_lowering("tirx.exp2", "cuda", f=_lowering(intrin.EXP2_APPROX, "exp2f"),
+                                     level=RULE_LEVEL)
+    tirx.op.register_intrin_lowering("tirx.exp", "cuda", f=_lowering(intrin.EXP_APPROX, "expf"), level=RULE_LEVEL)
 
-    body = map_nodes(func.body, [(tvm.ir.Call, on_call), (tirx.Div, on_div)])
-    return func.with_body(body) if not body.same_as(func.body) else func
+
+register_rules()

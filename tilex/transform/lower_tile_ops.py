@@ -41,9 +41,10 @@ def _shared_elems(buf, layout_map):
 
 def _physical_buffers(buffers, layout_map):
     remap = {}
-    # swizzled tiles (a layout, whole KBs) need 1 KB-aligned addresses; shared memory is merged by packing buffers
-    # one after another, so once such tiles exist every other shared buffer is padded to whole KBs as well
-    kb_tiles = any(is_shared(b) and layout_map.get(b) is not None
+    # swizzled tiles (a layout, whole KBs) need 1 KB-aligned addresses; dynamic shared memory is merged by packing
+    # buffers one after another, so once such tiles exist every other dynamic shared buffer is padded to whole KBs
+    # (static `shared` arrays such as mbarriers live outside that pool)
+    kb_tiles = any(b.scope() == "shared.dyn" and layout_map.get(b) is not None
                    and _shared_elems(b, layout_map) * tvm.DataType(str(b.dtype)).bits % (8 * 1024) == 0
                    for b in buffers)
     for buf in buffers:
@@ -51,7 +52,7 @@ def _physical_buffers(buffers, layout_map):
         if is_shared(buf):
             size = _shared_elems(buf, layout_map)
             bits = tvm.DataType(str(buf.dtype)).bits
-            if kb_tiles and size * bits % (8 * 1024):
+            if kb_tiles and buf.scope() == "shared.dyn" and size * bits % (8 * 1024):
                 per_kb = 8 * 1024 // bits
                 size = (size + per_kb - 1) // per_kb * per_kb
             remap[buf] = tirx.decl_buffer((size,), buf.dtype, buf.name, scope=buf.scope())

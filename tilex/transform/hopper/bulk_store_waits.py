@@ -1,6 +1,7 @@
 """BulkStoreWaits (among TVM's passes, after NamedBarriers): TMA stores' shared-memory reads finish before barriers.
 
-Consumes: per-thread TIR with ``tma_store_2d`` calls (issued by thread 0, see op/copy.py's TMA store).
+Consumes: per-thread TIR with TMA stores / reductions (issued by thread 0: op/copy.py's TMA store, op/atomic.py's
+TMA reduction).
 Produces: before every block / named / cluster barrier and at the end of the kernel, thread 0 waits until its bulk
 stores have read their shared-memory tiles (``bulk_wait_read<0>``).
 """
@@ -20,7 +21,7 @@ def BulkStoreWaits(func, mod, ctx):  # noqa: N802
     later write of such a tile after the store therefore also orders it after the read, without the store
     itself waiting (in a persistent kernel the wait lands a whole mainloop later, when it costs nothing)."""
     found = []
-    walk(func.body, (tvm.ir.Call, lambda c: found.append(c) if intrin.is_call(c, intrin.TMA_STORE_2D) else None))
+    walk(func.body, (tvm.ir.Call, lambda c: found.append(c) if intrin.is_bulk_store(c) else None))
     if not found:
         return func
     thread = []
