@@ -89,3 +89,13 @@ def test_splitk_gemm_with_atomics(shape):
     c = torch.zeros(M, N, device="cuda")
     k(a, b, c)
     torch.testing.assert_close(c / K ** 0.5, (a.float() @ b.float()) / K ** 0.5, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq,dim", [(512, 128), (1024, 64)])
+def test_tilelang_style_flash_attention(causal, seq, dim):
+    flashattn = runpy.run_path(str(EXAMPLES / "flash_attention" / "mha_fwd_tilelang_style.py"))["flashattn"]
+    k = tilex.compile(flashattn(2, 4, seq, dim, causal), out_idx=[3])
+    q, kk, v = (torch.randn(2, 4, seq, dim, device="cuda", dtype=torch.float16) for _ in range(3))
+    ref = torch.nn.functional.scaled_dot_product_attention(q, kk, v, is_causal=causal)
+    torch.testing.assert_close(k(q, kk, v), ref, atol=1e-2, rtol=1e-2)

@@ -1,0 +1,42 @@
+"""tilex.ops.attention: the differentiable operator (forward + backward through torch.autograd)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tilex.ops
+
+gpu = pytest.mark.gpu
+
+
+def test_backward_of_gqa_is_refused_clearly():
+    q = torch.zeros(1, 8, 128, 64, dtype=torch.float16, requires_grad=True)
+    k = v = torch.zeros(1, 2, 128, 64, dtype=torch.float16)
+    with pytest.raises(NotImplementedError, match="backward supports BHSD multi-head"):
+        tilex.ops.attention(q, k, v)
+
+
+@gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("seq,dim,dtype", [(1000, 128, torch.float16), (256, 64, torch.bfloat16)])
+def test_attention_op_forward_and_backward_match_sdpa(causal, seq, dim, dtype):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, seq, dim, device="cuda", dtype=dtype, requires_grad=True) for _ in range(3))
+    do = torch.randn(2, 4, seq, dim, device="cuda", dtype=dtype)
+    out = tilex.ops.attention(q, k, v, causal=causal)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    torch.testing.assert_close(out, ref, atol=2e-2, rtol=2e-2)
+    grads = torch.autograd.grad(out, (q, k, v), do)
+    refs = torch.autograd.grad(ref, (q, k, v), do)
+    for g, r in zip(grads, refs):
+        tol = 2e-2 * r.float().abs().max().item()
+        torch.testing.assert_close(g.float(), r.float(), atol=tol, rtol=2e-2)
+
+
+@gpu
+def test_attention_op_without_grad_takes_gqa_and_bshd():
+    q = torch.randn(1, 300, 8, 128, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(1, 300, 2, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    out = tilex.ops.attention(q, k, v, layout="bshd")
+    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                         enable_gqa=True).transpose(1, 2)
+    torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
