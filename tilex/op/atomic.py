@@ -26,7 +26,7 @@ from tilex import config
 from tilex.ir import intrin
 from tilex.ir.hardware import TMA_STORE, VECTOR_ATOMICS, supports
 from tilex.ir.visit import BufferLoadNode, BufferRegionNode, dtype_of, lanes, map_nodes, storage_sync, substitute
-from tilex.layout import Layout
+from tilex.layout import Layout, make_wgmma_operand_layout, wgmma_swizzle_bytes
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_local, is_shared
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
                                 fragment_vector_width, pick_vector, static_shape, unflatten)
@@ -169,19 +169,25 @@ class AtomicOp(TileOp):
     def describe(self):
         return f"{_api(self.kind)}({self.dst}, {self.src})"
 
-    def _row_major(self, ctx):
-        lay = ctx.layout_map.get(self.src.buffer)
-        return lay is not None and is_shared(self.src.buffer) and lay.is_equal(self._row_major_layout())
+    def _staging_swizzle(self):
+        """Swizzle (bytes) of the staged tile a TMA reduction reads: the wgmma-style one when the tile has it (the
+        writes from an accumulator fragment then avoid bank conflicts), else 0 (row-major)."""
+        rows, cols = (int(e) for e in self.src.buffer.shape)
+        return wgmma_swizzle_bytes(rows, cols, tvm.DataType(str(self.src.buffer.dtype)).bits)
 
-    def _row_major_layout(self):
-        return Layout([int(s) for s in self.src.buffer.shape], lambda *ix: list(ix))
+    def _staging_layout(self):
+        rows, cols = (int(e) for e in self.src.buffer.shape)
+        swz = self._staging_swizzle()
+        if swz:
+            return make_wgmma_operand_layout(rows, cols, tvm.DataType(str(self.src.buffer.dtype)).bits, swz)
+        return Layout([rows, cols], lambda *ix: list(ix))
 
     # ---- layout inference (as T.copy from a fragment) ---------------------------------------------------------------
     def infer_layout(self, ctx, level):
         sb = self.src.buffer
         if level == InferLevel.STRICT and is_shared(sb) and ctx.layout_map.get(sb) is None \
                 and self._tma_reduce_box(ctx.target) is not None:
-            return {sb: self._row_major_layout()}  # one unswizzled TMA box
+            return {sb: self._staging_layout()}  # the layout the TMA boxes read
         if level != InferLevel.FREE or not is_fragment(sb) or ctx.layout_map.get(sb) is not None:
             return {}
         bits = tvm.DataType(str(self.dst.buffer.dtype)).bits
@@ -279,28 +285,33 @@ class AtomicOp(TileOp):
             return None
         return tma_reduce_box(self.dst, self.src)
 
-    def _lower_tma_reduce(self, ctx, box):
+    def _lower_tma_reduce(self, ctx, box, swizzle):
         """Every thread fences its shared-memory writes for the async proxy and syncs; thread 0 issues the
-        reduction and commits the bulk group (BulkStoreWaits makes it wait for the tile to be read before the next
-        barrier, which orders any later write of the tile)."""
+        reduction (one box per swizzle plane) and commits the bulk group (BulkStoreWaits makes it wait for the tile
+        to be read before the next barrier, which orders any later write of the tile)."""
         sb, gb = self.src.buffer, self.dst.buffer
-        tmap = ctx.tensor_map(gb, box, 0)
-        phys, off = ctx.physical_index(sb, [0, 0])
         rows, cols = (int(e) for e in sb.shape)
-        coords = [self.dst.mins[d] for d in reversed(range(len(gb.shape)))]
-        red = intrin.tma_reduce_add(tirx.address_of(tmap), phys.access_ptr("r", offset=off[0], extent=rows * cols),
-                                    coords)
+        elems = swizzle * 8 // tvm.DataType(str(sb.dtype)).bits if swizzle else cols
+        tmap = ctx.tensor_map(gb, (elems, *box[1:]), swizzle)
+        base = [self.dst.mins[d] for d in reversed(range(len(gb.shape)))]
+        reds = []
+        for p in range(cols // elems):
+            phys, off = ctx.physical_index(sb, [0, p * elems])
+            reds.append(intrin.tma_reduce_add(tirx.address_of(tmap),
+                                              phys.access_ptr("r", offset=off[0], extent=rows * elems),
+                                              [base[0] + p * elems, *base[1:]]))
         return tirx.SeqStmt([intrin.fence_proxy_async(), storage_sync(sb.scope()),
-                             tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt([red, intrin.bulk_commit()]), None)])
+                             tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt([*reds, intrin.bulk_commit()]), None)])
 
     def lower(self, ctx):
         sb = self.src.buffer
         if is_local(sb):
             return self._lower_local(ctx)
-        if is_shared(sb) and (ctx.layout_map.get(sb) is None or self._row_major(ctx)):
+        if is_shared(sb):
             box = self._tma_reduce_box(ctx.target)
-            if box is not None:
-                return self._lower_tma_reduce(ctx, box)
+            lay = ctx.layout_map.get(sb)
+            if box is not None and (lay is None or lay.is_equal(self._staging_layout())):
+                return self._lower_tma_reduce(ctx, box, self._staging_swizzle())
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
         hw = self._hw_vector(ctx)
         if is_fragment(sb):
