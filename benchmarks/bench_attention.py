@@ -21,8 +21,9 @@ from tilex.kernels.attention.decode import attention_decode
 from tilex.kernels.attention.forward import attention_forward
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FWD_CONFIGS = {64: [(128, 128, 2, 256), (128, 64, 2, 256)], 128: [(128, 128, 2, 256), (128, 64, 2, 256)],
-               256: [(128, 64, 2, 256), (64, 64, 2, 128)]}
+FWD_CONFIGS = {64: [(128, 128, 2, 256), (128, 176, 2, 256), (192, 128, 2, 384)],
+               128: [(128, 128, 2, 256), (128, 176, 2, 256), (128, 160, 2, 256)],
+               256: [(128, 64, 2, 256), (128, 80, 2, 256)]}
 
 
 def bench(fn):

@@ -23,9 +23,13 @@ LN2 = 0.6931471805599453
 LAYOUTS = ("bhsd", "bshd")
 
 
-def default_config(dim):
-    """(block_M, block_N, num_stages, threads) measured best on the H100 for a head dim."""
-    return {64: (128, 128, 2, 256), 128: (128, 128, 2, 256), 256: (128, 64, 2, 256)}.get(dim, (64, 64, 2, 128))
+def default_config(dim, causal=False):
+    """(block_M, block_N, num_stages, threads) measured best on the H100 for a head dim (benchmarks/README.md):
+    wider key blocks where they fit (176 keys leave room for two stages of K and V at head dim 128), except for
+    non-causal head dim 128, where 128 keys measured best."""
+    table = {64: (128, 176, 2, 256), 128: (128, 176, 2, 256) if causal else (128, 128, 2, 256),
+             256: (128, 80, 2, 256) if causal else (128, 64, 2, 256)}
+    return table.get(dim, (64, 64, 2, 128))
 
 
 def check_shapes(batch, heads, heads_kv, seq_q, seq_kv, dim, causal, layout, dtype):
@@ -49,7 +53,7 @@ def mha_forward(batch, heads, seq_q, dim, causal=False, *, seq_kv=None, heads_kv
     seq_kv = seq_q if seq_kv is None else seq_kv
     heads_kv = heads if heads_kv is None else heads_kv
     check_shapes(batch, heads, heads_kv, seq_q, seq_kv, dim, causal, layout, dtype)
-    bm, bn, stages, nthreads = default_config(dim)
+    bm, bn, stages, nthreads = default_config(dim, causal)
     bm, bn = block_M or bm, block_N or bn
     stages, nthreads = num_stages or stages, threads or nthreads
     group = heads // heads_kv
@@ -151,7 +155,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, layout="bhsd", confi
         (b, s, h, d), (bk, sk, hk, dk) = q.shape, k.shape
     if bk != b or dk != d:
         raise ValueError(f"attention: k {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head dim")
-    cfg = tuple(config) if config is not None else default_config(d)
+    cfg = tuple(config) if config is not None else default_config(d, causal)
     key = (b, h, hk, s, sk, d, bool(causal), layout, sm_scale, dtype, cfg)
     kern = _kernels.get(key)
     if kern is None:

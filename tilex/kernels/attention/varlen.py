@@ -43,7 +43,9 @@ def mha_varlen(batch, heads, heads_kv, total_q, total_k, max_seqlen_q, dim, caus
     if min(batch, heads, total_q, total_k, max_seqlen_q) <= 0:
         raise ValueError(f"attention_varlen: empty problem (batch={batch}, heads={heads}, total_q={total_q}, "
                          f"total_k={total_k}, max_seqlen_q={max_seqlen_q})")
+    # the dense forward's blocks, keys capped at 128 (ragged sequences mask their last key block anyway)
     bm, bn, stages, nthreads = default_config(dim)
+    bn = min(bn, 128)
     bm, bn = block_M or bm, block_N or bn
     stages, nthreads = num_stages or stages, threads or nthreads
     group = heads // heads_kv
