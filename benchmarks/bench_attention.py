@@ -18,12 +18,10 @@ import torch.nn.functional as F
 from tilex.autotuner import do_bench
 from tilex.kernels.attention.backward import attention_backward
 from tilex.kernels.attention.decode import attention_decode
-from tilex.kernels.attention.forward import attention_forward
+from tilex.kernels.attention.forward import TUNE_CANDIDATES, attention_forward
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-FWD_CONFIGS = {64: [(128, 128, 2, 256), (128, 176, 2, 256), (192, 128, 2, 384)],
-               128: [(128, 128, 2, 256), (128, 176, 2, 256), (128, 160, 2, 256)],
-               256: [(128, 64, 2, 256), (128, 80, 2, 256)]}
+FWD_CONFIGS = TUNE_CANDIDATES  # the library's own candidates (attention_forward(..., config="tune"))
 
 
 def bench(fn):

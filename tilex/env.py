@@ -184,7 +184,7 @@ def resolve_target(target: Any = "auto"):
     Accepts:
       * ``"auto"`` / ``"cuda"`` / ``None``: the arch of the current GPU; with **no GPU** it falls back to
         ``sm_90a`` (:data:`DEFAULT_ARCH`) so that code generation still works (kernels cannot run then);
-      * an arch string ``"sm_90a"``, ``"sm_80"``, ``"90a"``;
+      * an arch string ``"sm_90a"``, ``"sm_80"``, ``"90a"``, or ``"cuda -arch=sm_90a"``;
       * a dict (``{"kind": "cuda", "arch": "sm_90a", ...}``; arch filled in when missing);
       * a ``tvm.target.Target`` (returned unchanged);
       * any other string is handed to ``tvm.target.Target`` (e.g. a tag like ``"nvidia/nvidia-h100"``).
@@ -205,11 +205,24 @@ def resolve_target(target: Any = "auto"):
         return tvm.target.Target(cfg)
     if isinstance(target, str):
         s = target.strip()
+        words = s.split()
+        if len(words) > 1 and words[0] == "cuda":  # the command-line form older TVM took: "cuda -arch=sm_90a"
+            opts = dict(w.lstrip("-").split("=", 1) for w in words[1:] if "=" in w)
+            if "arch" not in opts or len(opts) != len(words) - 1:
+                raise ValueError(f"tilex: cannot read target {target!r}; write 'sm_90a', 'cuda -arch=sm_90a' or a "
+                                 f"dict such as {{'kind': 'cuda', 'arch': 'sm_90a'}}")
+            return tvm.target.Target({"kind": "cuda", "arch": normalize_arch(opts.pop("arch")), **opts})
         try:
             arch = normalize_arch(s)
         except ValueError:
+            pass
+        else:
+            return tvm.target.Target({"kind": "cuda", "arch": arch})
+        try:
             return tvm.target.Target(s)
-        return tvm.target.Target({"kind": "cuda", "arch": arch})
+        except ValueError as err:
+            raise ValueError(f"tilex: cannot read target {target!r} (use 'auto', an arch such as 'sm_90a', "
+                             f"'cuda -arch=sm_90a', a target tag, a dict or a tvm.target.Target): {err}") from None
     raise TypeError(f"tilex: unsupported target spec {target!r} (use 'auto', 'sm_90a', a dict or a Target)")
 
 

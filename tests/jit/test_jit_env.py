@@ -111,6 +111,12 @@ def test_resolve_target_forms(monkeypatch):
     assert env.resolve_target("nvidia/nvidia-h100").attrs["arch"] == "sm_90a"
     with pytest.raises(TypeError):
         env.resolve_target(3.5)
+    assert env.resolve_target("cuda -arch=sm_90a").attrs["arch"] == "sm_90a"
+    assert env.resolve_target("cuda  -arch=sm_80").attrs["arch"] == "sm_80"
+    with pytest.raises(ValueError, match="cannot read target 'cuda -mcpu'"):
+        env.resolve_target("cuda -mcpu")
+    with pytest.raises(ValueError, match="cannot read target 'llvm -mcpu=x'"):
+        env.resolve_target("llvm -mcpu=x")
 
 
 def test_normalize_arch_rejects_garbage():

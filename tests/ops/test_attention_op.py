@@ -40,3 +40,14 @@ def test_attention_op_without_grad_takes_gqa_and_bshd():
     ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                          enable_gqa=True).transpose(1, 2)
     torch.testing.assert_close(out, ref, atol=1e-2, rtol=1e-2)
+
+
+@gpu
+def test_attention_op_tune_picks_a_candidate_and_matches_sdpa():
+    from tilex.kernels.attention import forward
+
+    q, k, v = (torch.randn(1, 4, 1024, 128, device="cuda", dtype=torch.float16) for _ in range(3))
+    out = tilex.ops.attention(q, k, v, causal=True, config="tune")
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-2, rtol=1e-2)
+    chosen = [cfg for key, cfg in forward._tuned.items() if key[3] == 1024 and key[6]]
+    assert chosen and chosen[0] in forward.TUNE_CANDIDATES[128]

@@ -17,6 +17,7 @@ import math
 
 import tilex.language as T
 from tilex.jit import compile as compile_kernel
+from tilex.jit.bench import do_bench
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -141,7 +142,9 @@ _kernels = {}
 
 def attention_forward(q, k, v, causal=False, sm_scale=None, layout="bhsd", config=None):
     """(O, LSE) for torch tensors q ``[b, h, s, d]`` (or ``[b, s, h, d]`` with layout="bshd") and k, v with the same
-    batch, length and head dim and ``h_kv`` heads dividing h. `config`: (block_M, block_N, num_stages, threads)."""
+    batch, length and head dim and ``h_kv`` heads dividing h. `config`: (block_M, block_N, num_stages, threads), None
+    for the table of :func:`default_config`, or ``"tune"`` to time :data:`TUNE_CANDIDATES` on the first call of each
+    problem and keep the fastest."""
     dtype = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}.get(str(q.dtype))
     if dtype is None:
         raise ValueError(f"attention: q must be float16 or bfloat16, got {q.dtype}")
@@ -155,12 +158,42 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, layout="bhsd", confi
         (b, s, h, d), (bk, sk, hk, dk) = q.shape, k.shape
     if bk != b or dk != d:
         raise ValueError(f"attention: k {tuple(k.shape)} does not match q {tuple(q.shape)} in batch or head dim")
-    cfg = tuple(config) if config is not None else default_config(d, causal)
-    key = (b, h, hk, s, sk, d, bool(causal), layout, sm_scale, dtype, cfg)
+    problem = (b, h, hk, s, sk, d, bool(causal), layout, sm_scale, dtype)
+    if config == "tune":
+        cfg = _tuned.get(problem) or _tune(problem, q, k, v)
+    else:
+        cfg = tuple(config) if config is not None else default_config(d, causal)
+    return _kernel(problem, cfg)(q, k, v)
+
+
+_tuned = {}
+
+#: Block configurations `config="tune"` times, per head dim (the first is the default of the table above).
+TUNE_CANDIDATES = {64: [(128, 128, 2, 256), (128, 176, 2, 256), (192, 128, 2, 384)],
+                   128: [(128, 128, 2, 256), (128, 176, 2, 256), (128, 160, 2, 256)],
+                   256: [(128, 64, 2, 256), (128, 80, 2, 256)]}
+
+
+def _kernel(problem, cfg):
+    key = problem + (cfg,)
     kern = _kernels.get(key)
     if kern is None:
+        b, h, hk, s, sk, d, causal, layout, sm_scale, dtype = problem
         bm, bn, st, th = cfg
         prog = mha_forward(b, h, s, d, causal, seq_kv=sk, heads_kv=hk, layout=layout, sm_scale=sm_scale,
                            dtype=dtype, block_M=bm, block_N=bn, num_stages=st, threads=th)
         kern = _kernels[key] = compile_kernel(prog, out_idx=[3, 4])
-    return kern(q, k, v)
+    return kern
+
+
+def _tune(problem, q, k, v):
+    """The fastest of :data:`TUNE_CANDIDATES` for this problem on these tensors (each compiled and timed once;
+    the choice is kept for the process)."""
+    best = None
+    for cfg in TUNE_CANDIDATES.get(problem[5], [default_config(problem[5], problem[6])]):
+        kern = _kernel(problem, cfg)
+        t = do_bench(lambda: kern(q, k, v), warmup=5, rep=20)
+        if best is None or t < best[0]:
+            best = (t, cfg)
+    _tuned[problem] = best[1]
+    return best[1]
