@@ -44,13 +44,24 @@ def split(pass_configs):
     return ours, theirs
 
 
+_active: contextvars.ContextVar[bool] = contextvars.ContextVar("tilex_build_active", default=False)
+
+
 @contextlib.contextmanager
 def scope(options):
-    token = _current.set(dict(options))
+    """Make `options` the tilex options in effect (and mark a tilex compilation as running)."""
+    token, active = _current.set(dict(options)), _active.set(True)
     try:
         yield
     finally:
         _current.reset(token)
+        _active.reset(active)
+
+
+def active() -> bool:
+    """Whether a tilex compilation is running in this context (hooks tilex installs in TVM leave other
+    compilations alone)."""
+    return _active.get()
 
 
 def current() -> dict:

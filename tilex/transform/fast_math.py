@@ -4,8 +4,8 @@ Not a pass over the IR but CUDA lowering rules for TVM's ``tirx.exp2`` / ``tirx.
 TVM's own and applied by its LowerIntrin, which runs after vectorization (an extern call in the IR would keep
 TVM's VectorizeLoop from vectorizing the loads and stores around it). Float32 ``exp2(x)`` becomes
 ``tilex::exp2_approx(x)`` and ``exp(x)`` ``tilex::exp_approx(x)`` (one ``ex2.approx.ftz`` each; relative error about
-2^-22, results below 2^-126 flushed to zero); ``tilex.disable_fast_math`` keeps the precise ``exp2f`` / ``expf``, and
-other dtypes get what TVM's rules give them. The precise ``exp2f`` costs a range check and two multiplies around
+2^-22, results below 2^-126 flushed to zero); ``tilex.disable_fast_math`` keeps the precise ``exp2f`` / ``expf``, as
+does any compilation that is not tilex's, and other dtypes get what TVM's rules give them. The precise ``exp2f`` costs a range check and two multiplies around
 the same instruction, which an attention softmax pays for every score.
 """
 from __future__ import annotations
@@ -26,7 +26,10 @@ def _lowering(approx, precise):
         dtype = str(call.ty)
         base = dtype.split("x")[0]
         if base == "float32":
-            name = precise if config.get("disable_fast_math", False) else approx
+            # outside a tilex compilation (a plain TVM build in the same process) the kernel does not include
+            # tilex's headers: TVM's own function then
+            fast = config.active() and not config.get("disable_fast_math", False)
+            name = approx if fast else precise
         elif base in ("float16", "bfloat16"):
             name = "h" + precise[:-1]
         else:
