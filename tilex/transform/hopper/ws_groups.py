@@ -4,7 +4,7 @@ Consumes: a ``T.Pipelined`` loop whose :class:`~tilex.transform.pipeline.schedul
 :func:`tilex.transform.hopper.ws_decision.warp_specializable` but is not a GEMM main loop (:mod:`.ws_loops`): the
 body reads a gemm's accumulator (attention's softmax reads S = Q Kᵀ), or loads a tile after computing (V).
 Produces, in the loop's place, what WarpSpecialize splits (``tilex.ws_init`` / ``tilex.ws_producer`` regions and the
-consumer loop, under the same ``tilex.ws_pipeline_*`` attributes as :mod:`.ws_loops`):
+consumer loop; one block per tile, no persistent grid):
 
 * one *full* / *empty* mbarrier pair per load group (:func:`load_groups`: the copies first read by the same
   statement). The producer, per iteration and group, waits for the stage to be empty, arms *full* with the
@@ -34,7 +34,6 @@ from tilex.op import gemm_wgmma
 from tilex.op.base import is_shared
 from tilex.op.region import Region
 from tilex.op.tma_load import tma_box, tma_load_call
-from tilex.transform.hopper.ws_loops import segment_attrs
 from tilex.transform.pipeline.analysis import accesses, retarget, tile_op
 
 #: Named barrier ids of the two consumer warpgroups' turns (0 is __syncthreads, 1 the consumers' block barrier).
@@ -197,8 +196,11 @@ def rewrite(ctx, loop, plan):
         inits += [intrin.mbar_init(ptr(full, i), 1), intrin.mbar_init(ptr(empty, i), warps)]
     init = seq([tirx.IfThenElse(t == 0, seq([tirx.For(i, 0, stages, tirx.ForKind.UNROLLED, seq(inits)),
                                               intrin.mbar_init_fence()]), None)])
-    producer = segment_attrs(base, lo, hi, loop, producer)
-    consumer = segment_attrs(base, lo, hi, loop, consumer)
+    # one block per tile: the loops run over the loop's own bounds, stage counter from 0. (No ws_pipeline_*
+    # attributes, so PersistentTiles leaves the kernel alone: persistent grids and clusters are built and measured
+    # for GEMM main loops only.)
+    bounds = {base: tirx.const(0, "int32"), lo: loop.min, hi: loop.min + loop.extent}
+    producer, consumer = substitute(producer, bounds), substitute(consumer, bounds)
     allocs = [tirx.AllocBuffer(b) for pair in barriers for b in pair]
     return seq([*allocs, tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
                 tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, ctx.threads, producer),
