@@ -23,7 +23,6 @@ consumer loop; one block per tile, no persistent grid):
 """
 from __future__ import annotations
 
-import tvm
 from tvm import tirx
 
 from tilex import config
@@ -33,7 +32,7 @@ from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.op import gemm_wgmma
 from tilex.op.base import is_shared
 from tilex.op.region import Region
-from tilex.op.tma_load import tma_box, tma_load_call
+from tilex.op.tma_load import tma_bytes, tma_load_call
 from tilex.transform.pipeline.analysis import accesses, retarget, tile_op
 
 #: Named barrier ids of the two consumer warpgroups' turns (0 is __syncthreads, 1 the consumers' block barrier).
@@ -100,8 +99,7 @@ def rewrite(ctx, loop, plan):
     for (_, _, copies), (full, empty) in zip(groups, barriers):
         nbytes, loads = 0, []
         for _, op in copies:
-            rows, cols, _, _ = tma_box(op.dst)
-            nbytes += rows * cols * tvm.DataType(str(op.dst.buffer.dtype)).bits // 8
+            nbytes += tma_bytes(op.dst)
             dst = Region(bufmap[op.dst.buffer], [s, *op.dst.mins], [1, *op.dst.extents])
             loads.append(tirx.Evaluate(tma_load_call(op.src, dst, tirx.BufferLoad(full, [s]))))
         produce += [tirx.IfThenElse(g >= stages, intrin.mbar_wait(ptr(empty, s), tirx.floormod(it + 1, 2)), None),

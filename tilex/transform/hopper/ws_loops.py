@@ -21,7 +21,7 @@ from tilex.ir import intrin
 from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS, WS_INIT, WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO, WS_PRODUCER
 from tilex.ir.visit import seq, storage_sync
 from tilex.op.region import Region
-from tilex.op.tma_load import tma_box, tma_load_call
+from tilex.op.tma_load import tma_bytes, tma_load_call
 from tilex.transform.pipeline.analysis import retarget
 
 
@@ -46,8 +46,7 @@ def rewrite(ctx, loop, plan):
     nbytes = 0
     loads = []
     for stmt, op in producers:
-        rows, cols, _, _ = tma_box(op.dst)
-        nbytes += rows * cols * tvm.DataType(str(op.dst.buffer.dtype)).bits // 8
+        nbytes += tma_bytes(op.dst)
         dst = Region(bufmap[op.dst.buffer], [s, *op.dst.mins], [1, *op.dst.extents])
         loads.append(tirx.Evaluate(tma_load_call(op.src, dst, tirx.BufferLoad(full, [s]))))
 
