@@ -25,8 +25,8 @@ import math
 
 import tilex.language as T
 from tilex.jit import compile as compile_kernel
+from tilex.kernels.attention.common import LOG2E, TORCH_DTYPES
 
-LOG2E = 1.4426950408889634
 
 
 def bwd_preprocess(batch, heads, seq, dim, dtype="float16", blk=64, threads=128):
@@ -148,7 +148,6 @@ def bwd_postprocess(batch, heads, seq, dim, sm_scale=None, dtype="float16", blk=
     return postprocess
 
 
-_TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 _KERNELS = {}
 
 
@@ -177,7 +176,7 @@ def attention_backward(q, k, v, o, do, lse, causal, sm_scale=None):
     dim]`` (fp16/bf16, contiguous), given the forward's output `o`, the gradient `do` and its fp32 log-sum-exp
     `lse` ``[batch, heads, seq]`` in natural-log units. `sm_scale` defaults to ``dim ** -0.5``."""
     batch, heads, seq, dim = q.shape
-    dtype = _TORCH_DTYPES.get(str(q.dtype))
+    dtype = TORCH_DTYPES.get(str(q.dtype))
     if dtype is None:
         raise TypeError(f"attention_backward: q has dtype {q.dtype}; expected float16 or bfloat16")
     for name, t in (("k", k), ("v", v), ("o", o), ("do", do)):

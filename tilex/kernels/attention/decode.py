@@ -16,8 +16,8 @@ import math
 import tilex.language as T
 from tilex.ir.hardware import num_sms
 from tilex.jit import compile as compile_kernel
+from tilex.kernels.attention.common import LOG2E, TORCH_DTYPES
 
-LOG2E = 1.4426950408889634
 ROWS = 64  # query rows of the tile (one wgmma warpgroup's M)
 
 
@@ -131,7 +131,6 @@ def choose_num_splits(batch, heads_kv, kv_len, bn=64, sms=None, blocks_per_sm=2,
     return split_chunk(kv_len, want, bn)[1]
 
 
-_TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 _KERNELS = {}
 
 
@@ -152,7 +151,7 @@ def attention_decode(q, k_cache, v_cache, sm_scale=None, num_splits=None):
     ``[batch, kv_len, heads_kv, dim]``; returns ``[batch, heads_q, dim]`` in q's dtype."""
     batch, heads_q, dim = q.shape
     kb, kv_len, heads_kv, kd = k_cache.shape
-    dtype = _TORCH_DTYPES.get(str(q.dtype))
+    dtype = TORCH_DTYPES.get(str(q.dtype))
     if dtype is None:
         raise TypeError(f"attention_decode: q has dtype {q.dtype}; expected float16 or bfloat16")
     if (kb, kd) != (batch, dim) or tuple(v_cache.shape) != tuple(k_cache.shape) or \

@@ -17,10 +17,9 @@ import math
 
 import tilex.language as T
 from tilex.jit import compile as compile_kernel
+from tilex.kernels.attention.common import LN2, LOG2E, TORCH_DTYPES, online_softmax
 from tilex.jit.bench import do_bench
 
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 LAYOUTS = ("bhsd", "bshd")
 
 
@@ -109,21 +108,8 @@ def mha_forward(batch, heads, seq_q, dim, causal=False, *, seq_kv=None, heads_kv
                 else:
                     T.clear(acc_s)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                T.copy(scores_max, scores_max_prev)
-                T.fill(scores_max, -T.infinity(accum))
-                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                for i in T.Parallel(bm):
-                    scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-                for i in T.Parallel(bm):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-                for i, j in T.Parallel(bm, bn):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=1)
-                for i in T.Parallel(bm):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
-                for i, j in T.Parallel(bm, dim):
-                    acc_o[i, j] *= scores_scale[i]
+                online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
+                               logsum, scale, bm, bn, dim)
                 T.copy(tile(V, bz, by // group, k * bn, bn), V_shared)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(bm, dim):
@@ -145,7 +131,7 @@ def attention_forward(q, k, v, causal=False, sm_scale=None, layout="bhsd", confi
     batch, length and head dim and ``h_kv`` heads dividing h. `config`: (block_M, block_N, num_stages, threads), None
     for the table of :func:`default_config`, or ``"tune"`` to time :data:`TUNE_CANDIDATES` on the first call of each
     problem and keep the fastest."""
-    dtype = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}.get(str(q.dtype))
+    dtype = TORCH_DTYPES.get(str(q.dtype))
     if dtype is None:
         raise ValueError(f"attention: q must be float16 or bfloat16, got {q.dtype}")
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:

@@ -21,9 +21,8 @@ import math
 
 import tilex.language as T
 from tilex.jit import compile as compile_kernel
+from tilex.kernels.attention.common import LOG2E, TORCH_DTYPES, online_softmax
 
-LOG2E = 1.4426950408889634
-_TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 
 
 def default_config(dim):
@@ -43,9 +42,7 @@ def mha_varlen(batch, heads, heads_kv, total_q, total_k, max_seqlen_q, dim, caus
     if min(batch, heads, total_q, total_k, max_seqlen_q) <= 0:
         raise ValueError(f"attention_varlen: empty problem (batch={batch}, heads={heads}, total_q={total_q}, "
                          f"total_k={total_k}, max_seqlen_q={max_seqlen_q})")
-    # the dense forward's blocks, keys capped at 128 (ragged sequences mask their last key block anyway)
     bm, bn, stages, nthreads = default_config(dim)
-    bn = min(bn, 128)
     bm, bn = block_M or bm, block_N or bn
     stages, nthreads = num_stages or stages, threads or nthreads
     group = heads // heads_kv
@@ -94,21 +91,8 @@ def mha_varlen(batch, heads, heads_kv, total_q, total_k, max_seqlen_q, dim, caus
                     for i, j in T.Parallel(bm, bn):
                         acc_s[i, j] = T.if_then_else(k * bn + j < k_len, 0, -T.infinity(accum))
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-                T.copy(scores_max, scores_max_prev)
-                T.fill(scores_max, -T.infinity(accum))
-                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                for i in T.Parallel(bm):
-                    scores_max[i] = T.max(scores_max[i], scores_max_prev[i])
-                for i in T.Parallel(bm):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-                for i, j in T.Parallel(bm, bn):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=1)
-                for i in T.Parallel(bm):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
-                for i, j in T.Parallel(bm, dim):
-                    acc_o[i, j] *= scores_scale[i]
+                online_softmax(acc_s, acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum,
+                               logsum, scale, bm, bn, dim)
                 # V rows past the sequence (the next sequence's, or zeros) meet probabilities of exactly 0
                 T.copy(V[k_start + k * bn:k_start + k * bn + bn, by // group, :], V_shared)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
@@ -128,7 +112,7 @@ _kernels = {}
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, causal=False, sm_scale=None):
     """O ``[total_q, heads, dim]`` for packed sequences (see the module docstring); `max_seqlen_q` is a Python int,
     the longest query length. A kernel is compiled per (batch, total lengths, max_seqlen_q, heads, dim, dtype)."""
-    dtype = _TORCH_DTYPES.get(str(q.dtype))
+    dtype = TORCH_DTYPES.get(str(q.dtype))
     if dtype is None:
         raise ValueError(f"attention_varlen: q must be float16 or bfloat16, got {q.dtype}")
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape or k.shape[2] != q.shape[2]:

@@ -27,12 +27,11 @@ from tvm import tirx
 
 from tilex import config
 from tilex.ir import intrin
-from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC, WS_INIT, WS_PRODUCER
+from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC
 from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.op import gemm_wgmma
 from tilex.op.base import is_shared
-from tilex.op.region import Region
-from tilex.op.tma_load import tma_bytes, tma_load_call
+from tilex.transform.hopper.tma_stages import TmaStages, ptr
 from tilex.transform.pipeline.analysis import accesses, retarget, tile_op
 
 #: Named barrier ids of the two consumer warpgroups' turns (0 is __syncthreads, 1 the consumers' block barrier).
@@ -80,31 +79,12 @@ def _rows_split(ctx, consumers, gemms):
 def rewrite(ctx, loop, plan):
     """Producer warpgroup (TMA, one barrier pair per load group) / consumer warpgroups for `loop`."""
     stages, consumers = plan.stages, plan.consumers
-    k = loop.loop_var
     bufmap = ctx.multi_buffer({b: stages for b in plan.produced})
     groups = load_groups(plan)
+    ts = TmaStages(loop, stages, len(groups))
+    k, g, s, lo, hi, base, barriers = ts.k, ts.g, ts.s, ts.lo, ts.hi, ts.base, ts.barriers
     t = ctx.thread_var
-    base = tirx.Var("ws_base", "int32")
-    lo, hi = tirx.Var("ws_lo", "int32"), tirx.Var("ws_hi", "int32")
-    g = k - lo + base
-    s = tirx.floormod(g, stages)
-    it = tirx.floordiv(g, stages)
-    barriers = [(tirx.decl_buffer((stages,), "uint64", "tma_full", scope="shared"),
-                 tirx.decl_buffer((stages,), "uint64", "tma_empty", scope="shared")) for _ in groups]
-
-    def ptr(buf, i):
-        return tirx.address_of(tirx.BufferLoad(buf, [i]))
-
-    produce = []
-    for (_, _, copies), (full, empty) in zip(groups, barriers):
-        nbytes, loads = 0, []
-        for _, op in copies:
-            nbytes += tma_bytes(op.dst)
-            dst = Region(bufmap[op.dst.buffer], [s, *op.dst.mins], [1, *op.dst.extents])
-            loads.append(tirx.Evaluate(tma_load_call(op.src, dst, tirx.BufferLoad(full, [s]))))
-        produce += [tirx.IfThenElse(g >= stages, intrin.mbar_wait(ptr(empty, s), tirx.floormod(it + 1, 2)), None),
-                    intrin.mbar_arrive_expect_tx(ptr(full, s), nbytes), *loads]
-    producer = tirx.For(k, lo, hi - lo, tirx.ForKind.SERIAL, seq(produce))
+    producer = ts.producer([copies for _, _, copies in groups], bufmap)
 
     n = len(consumers)
     acc = [accesses(c) for c in consumers]
@@ -148,8 +128,7 @@ def rewrite(ctx, loop, plan):
         """The consumers' statements for iteration k; `peeled`: the first one, which has no previous P V."""
         body = []
         for i, c in enumerate(consumers):
-            body += [intrin.mbar_wait(ptr(full, s), tirx.floormod(it, 2))
-                     for (f, _, _), (full, _) in zip(groups, barriers) if f == i]
+            body += [ts.wait_full(full) for (f, _, _), (full, _) in zip(groups, barriers) if f == i]
             if last is not None and i == done_at and not peeled:
                 body += [intrin.wgmma_wait(0)] + [release(e, prev) for e in last_groups]
             if i == last:
@@ -187,19 +166,8 @@ def rewrite(ctx, loop, plan):
             *drain, *[release(e, final) for e in last_groups]]), None)
     # tiles the consumers stored before the loop (attention's Q) reach the async proxy before any wgmma reads them
     consumer = seq([intrin.fence_proxy_async(), storage_sync(), consumer])
-    warps = ctx.threads // 32
-    i = tirx.Var("bar_i", "int32")
-    inits = []
-    for full, empty in barriers:
-        inits += [intrin.mbar_init(ptr(full, i), 1), intrin.mbar_init(ptr(empty, i), warps)]
-    init = seq([tirx.IfThenElse(t == 0, seq([tirx.For(i, 0, stages, tirx.ForKind.UNROLLED, seq(inits)),
-                                              intrin.mbar_init_fence()]), None)])
     # one block per tile: the loops run over the loop's own bounds, stage counter from 0. (No ws_pipeline_*
     # attributes, so PersistentTiles leaves the kernel alone: persistent grids and clusters are built and measured
     # for GEMM main loops only.)
     bounds = {base: tirx.const(0, "int32"), lo: loop.min, hi: loop.min + loop.extent}
-    producer, consumer = substitute(producer, bounds), substitute(consumer, bounds)
-    allocs = [tirx.AllocBuffer(b) for pair in barriers for b in pair]
-    return seq([*allocs, tirx.AttrStmt(tirx.const(0, "int32"), WS_INIT, 0, init),
-                tirx.AttrStmt(tirx.const(0, "int32"), WS_PRODUCER, ctx.threads, producer),
-                consumer, storage_sync()])
+    return ts.assemble(ctx, substitute(producer, bounds), substitute(consumer, bounds))
