@@ -22,8 +22,12 @@ def test_split_chunk_covers_kv_without_empty_splits(kv_len, splits, bn):
     assert (used - 1) * chunk < kv_len <= used * chunk
 
 
-def test_num_splits_fills_the_gpu():
-    assert choose_num_splits(1, 8, 8209, sms=132) * 8 >= 132  # few (batch, kv head) pairs: split the cache
+def test_num_splits_fills_whole_waves():
+    # few (batch, kv head) pairs: split the cache into about one wave of blocks (not a second, nearly empty one)
+    assert 100 <= choose_num_splits(1, 8, 8209, sms=132) * 8 <= 132
+    assert choose_num_splits(1, 8, 65536, sms=132) == 16
+    # 64 pairs: 2 splits are one full wave of 128 blocks, where 5 would be 2.4 waves
+    assert choose_num_splits(8, 8, 16384, sms=132) == 2
     assert choose_num_splits(64, 8, 8209, sms=132) == 1        # 512 blocks already fill 132 SMs
     assert choose_num_splits(1, 1, 1, sms=132) == 1            # one key: nothing to split
 

@@ -67,7 +67,8 @@ def column_sum_elementwise(M, N, bm=32):
     return colsum
 
 
-def split_sum(S, M, N, bm=64, bn=64, src_dtype="float32", dst_dtype="float32", frag_dtype="float32", threads=128):
+def split_sum(S, M, N, bm=64, bn=64, src_dtype="float32", dst_dtype="float32", frag_dtype="float32", threads=128,
+              use_tma=False):
     """C[m, n] += X[s, m, n] over s, one block per (tile, s)."""
 
     @T.prim_func
@@ -75,7 +76,7 @@ def split_sum(S, M, N, bm=64, bn=64, src_dtype="float32", dst_dtype="float32", f
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), S, threads=threads) as (bx, by, bz):
             x = T.alloc_fragment((bm, bn), frag_dtype)
             T.copy(X[bz, by * bm, bx * bn], x)
-            T.atomic_add(C[by * bm, bx * bn], x)
+            T.atomic_add(C[by * bm, bx * bn], x, use_tma=use_tma)
 
     return main
 
@@ -189,6 +190,25 @@ def test_max_and_int_tiles_are_scalar():
     s = _script(f)
     assert "tilex::atomic_max" in s and "tilex::atomic_min" in s and "tilex::atomic_add\"" in s
     assert "atomic_add_vec" not in s
+
+
+@needs_nvcc
+@pytest.mark.parametrize("dst_dtype", ["float32", "float16"])
+def test_use_tma_stages_a_fragment_and_adds_it_by_tma_on_sm90(dst_dtype):
+    func = split_sum(4, 256, 256, bm=64, bn=128, src_dtype=dst_dtype, dst_dtype=dst_dtype, threads=256, use_tma=True)
+    src = _cuda(func)
+    body = _kernel_body(src)
+    # staged (swizzled: one TMA box per 128-byte plane of the 128-column rows), fenced, synchronized, then thread
+    # 0 issues the reductions; no element atomics
+    assert body.count("tilex::tma_reduce_add_2d") == (4 if dst_dtype == "float32" else 2)
+    assert "atomic_add" not in body
+    assert body.index("fence_proxy_async") < body.index("__syncthreads") < body.index("tma_reduce_add_2d")
+    # without the option, or where there is no TMA, the same program uses vector atomics
+    assert "tma_reduce" not in _script(split_sum(4, 256, 256, bm=64, bn=128, threads=256))
+    s80 = _script(split_sum(4, 256, 256, bm=64, bn=128, threads=256, use_tma=True), SM80)
+    assert "tma_reduce" not in s80 and "tilex::atomic_add" in s80
+    # a global tensor whose rows are not 16-byte aligned cannot be a TMA tensor: atomics
+    assert "tma_reduce" not in _script(split_sum(4, 100, 70, threads=128, use_tma=True))
 
 
 # ---- tile form: guards, shared memory, replicated fragments -----------------------------------------------------

@@ -145,3 +145,29 @@ def test_causal_single_block_compiles():
     # the diagonal block is masked per element, off-diagonal ones (none here at run time) in one go
     assert "-CUDART_INF_F" in src
     _no_serialization(kernel)
+
+
+def _backward_loop(cfg=()):
+    from tilex.kernels.attention.backward import bwd_main
+
+    k = tilex.compile(bwd_main(1, 2, 512, 128, False, bm=64, bn=128, num_stages=2, threads=256), out_idx=[7, 8],
+                      target="sm_90a", pass_configs=dict(cfg))
+    src = _src(k)
+    loop = re.search(r"for \(int i_1 = [^;]+; i_1 < \d+; \+\+i_1\) \{", src)
+    return _block(src, loop.start())
+
+
+def test_backward_mmas_complete_where_needed():
+    body = _backward_loop()
+    commits = [m.start() for m in re.finditer(r"wgmma_commit\(\)", body)]
+    waits = [(m.start(), int(m.group(1))) for m in re.finditer(r"wgmma_wait<(\d)>\(\)", body)]
+    assert len(commits) == 5  # S, dP, dV, dQ, dK: each issued once
+    # S and dP are issued together; the softmax waits for S only
+    assert commits[1] < waits[0][0] and waits[0][1] == 1
+    # dQ's and dK's MMAs are issued back to back; dQ is staged while dK runs; everything completes by the end
+    staged = body.index("tma_reduce_add")
+    assert commits[3] < commits[4] < waits[-2][0] < staged < waits[-1][0] and waits[-2][1] == 1
+    assert waits[-1][1] == 0
+    # the opt-out completes every MMA right after issuing it
+    plain = _backward_loop((("tilex.disable_mma_overlap", True),))
+    assert re.findall(r"wgmma_wait<(\d)>", plain) == ["0"] * 5

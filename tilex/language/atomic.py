@@ -3,17 +3,18 @@
 * ``T.atomic_add(C[i, j], v)``: one element of a global or shared buffer, ``v`` a scalar (converted to C's dtype);
   usable anywhere, typically inside ``T.Parallel``.
 * ``T.atomic_add(C[by * bm, bx * bn], C_frag)`` / ``T.atomic_add(C_region, S)``: a whole tile, like
-  ``T.copy(C_frag, C[...])`` but combining atomically (vectorized where the GPU has vector atomics).
+  ``T.copy(C_frag, C[...])`` but combining atomically (vectorized where the GPU has vector atomics; on sm_90 a
+  shared tile, and with ``use_tma=True`` a fragment through a staged shared tile, is added by the TMA unit).
 
 Element types: float32, float64, float16, bfloat16, int32, uint32, int64, uint64 (max/min on float16/bfloat16 use a
 compare-and-swap loop; on float32/float64 a sign-bit trick that orders negative values and -0.0 correctly).
 Not implemented (raise NotImplementedError): ``return_prev=True`` (nothing is returned), memory orders other than
-relaxed, ``use_tma=True``, ``annotations``.
+relaxed, ``use_tma=True`` on an element or on max/min, ``annotations``.
 """
 from __future__ import annotations
 
 from tilex.language.options import as_bool, no_annotations, unsupported
-from tilex.op.atomic import ADD, MAX, MIN, atomic
+from tilex.op.atomic import ADD, MAX, MIN, _is_tile, atomic
 
 MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
 
@@ -25,15 +26,16 @@ def _check(api, memory_order, return_prev, use_tma, annotations):
         unsupported(api, "memory_order", memory_order, "atomics are relaxed; order them with a fence or barrier")
     if as_bool(api, "return_prev", return_prev):
         unsupported(api, "return_prev", True, "tilex atomics return nothing")
-    if as_bool(api, "use_tma", use_tma):
-        unsupported(api, "use_tma", True)
     no_annotations(api, annotations)
 
 
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
     """``dst += value`` atomically (dst an element or a tile of a global/shared buffer)."""
     _check("T.atomic_add", memory_order, return_prev, use_tma, annotations)
-    return atomic(ADD, dst, value)
+    use_tma = as_bool("T.atomic_add", "use_tma", use_tma)
+    if use_tma and not _is_tile(value):
+        unsupported("T.atomic_add", "use_tma", True, "the TMA unit adds whole tiles: give a buffer or region as the value")
+    return atomic(ADD, dst, value, use_tma=use_tma)
 
 
 def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):

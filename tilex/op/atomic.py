@@ -11,7 +11,11 @@ Two forms (both lower to the device helpers of ``src/tilex/atomic.h``):
   thread-partitioned loop (by the source fragment's layout, else a coalesced plan); ragged global tiles are guarded;
   additions are vectorized where the hardware has a vector atomic: on sm_90 global memory ``float2``/``float4``
   atomicAdd for fp32 and ``red.global.add.noftz.v{2,4}.{f16x2,bf16x2}`` (up to 8 halves) for fp16/bf16; elsewhere
-  ``__half2``/``__nv_bfloat162`` pairs for fp16/bf16; scalar atomics otherwise.
+  ``__half2``/``__nv_bfloat162`` pairs for fp16/bf16; scalar atomics otherwise. On sm_90, a whole row-major shared
+  tile is added by TMA reductions (``cp.reduce.async.bulk.tensor``); with ``use_tma=True`` (TileLang's spelling) a
+  fragment is too, through a shared tile staged by the operator (swizzled like a wgmma operand, so writes from an
+  accumulator are free of bank conflicts). Where the TMA cannot add the tile (another target, a ragged or strided
+  global tensor) ``use_tma`` falls back to the atomics above.
 
 The previous value is never returned (TileLang's ``return_prev=True`` is not supported). A replicated source fragment
 contributes each element once (only replica 0 adds). A per-thread ``T.alloc_local`` source is added by every thread
@@ -32,7 +36,7 @@ from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fra
                                 fragment_vector_width, pick_vector, static_shape, unflatten)
 from tilex.op.region import READ, READ_WRITE, Region, tile_shape, to_region
 from tilex.op.registry import register_tile_op
-from tilex.op.tma_load import tma_reduce_box
+from tilex.op.tma_load import tma_reduce_box, tma_reduce_tile_box
 
 ADD, MAX, MIN = 0, 1, 2
 KIND_NAMES = {ADD: "add", MAX: "max", MIN: "min"}
@@ -101,8 +105,9 @@ def _is_tile(obj):
     return tirx.is_buffer_var(obj) or isinstance(obj, (BufferRegionNode, Region))
 
 
-def atomic_call(kind, dst, value):
-    """The TIR call for a tile atomic ``T.atomic_<kind>(dst, value)`` (start elements take the other tile's shape)."""
+def atomic_call(kind, dst, value, use_tma=False):
+    """The TIR call for a tile atomic ``T.atomic_<kind>(dst, value)`` (start elements take the other tile's shape);
+    `use_tma` travels as a 4th argument, present only when set."""
     kind = _kind(kind)
     src_shape = tile_shape(value)
     dst_shape = tile_shape(dst)
@@ -113,8 +118,9 @@ def atomic_call(kind, dst, value):
         dst_r = to_region(dst, src_shape)
     except ValueError as err:
         raise TileOpError(f"{_api(kind)}: {err}") from None
-    AtomicOp(src_r, dst_r, kind)  # check now: errors point at the user's line
-    return tirx.call_intrin("handle", _OP_NAME, src_r.to_call(READ), dst_r.to_call(READ_WRITE), kind)
+    AtomicOp(src_r, dst_r, kind, use_tma)  # check now: errors point at the user's line
+    extra = [1] if use_tma else []
+    return tirx.call_intrin("handle", _OP_NAME, src_r.to_call(READ), dst_r.to_call(READ_WRITE), kind, *extra)
 
 
 def atomic(kind, dst, value, memory_order=None, return_prev=False, use_tma=False):
@@ -125,10 +131,8 @@ def atomic(kind, dst, value, memory_order=None, return_prev=False, use_tma=False
     if memory_order not in (None, "relaxed"):
         raise TileOpError(f"{_api(kind)}(memory_order={memory_order!r}) is not supported (atomics are relaxed; "
                           f"order them with a fence or barrier)")
-    if use_tma:
-        raise TileOpError(f"{_api(kind)}(use_tma=True) is not supported")
     if _is_tile(value) or (_is_tile(dst) and isinstance(value, BufferLoadNode)):
-        return atomic_call(kind, dst, value)  # a start element takes the other side's tile shape
+        return atomic_call(kind, dst, value, use_tma)  # a start element takes the other side's tile shape
     if _is_tile(dst):
         raise TileOpError(f"{_api(kind)}: a tile destination needs a tile value (a buffer or region), got "
                           f"{type(value).__name__}; for a scalar per element use T.Parallel with "
@@ -141,8 +145,8 @@ def atomic(kind, dst, value, memory_order=None, return_prev=False, use_tma=False
 class AtomicOp(TileOp):
     """``dst (op)= src`` element by element, atomically on ``dst`` (global or shared)."""
 
-    def __init__(self, src: Region, dst: Region, kind=ADD):
-        self.src, self.dst, self.kind = src, dst, _kind(kind)
+    def __init__(self, src: Region, dst: Region, kind=ADD, use_tma=False):
+        self.src, self.dst, self.kind, self.use_tma = src, dst, _kind(kind), bool(use_tma)
         if self.kind not in KIND_NAMES:
             raise TileOpError(f"tilex.atomic: unknown operation code {kind}")
         api = _api(self.kind)
@@ -161,7 +165,8 @@ class AtomicOp(TileOp):
     @classmethod
     def from_call(cls, call):
         return cls(Region.from_call(call.args[0]), Region.from_call(call.args[1]),
-                   int(call.args[2].value) if len(call.args) > 2 else ADD)
+                   int(call.args[2].value) if len(call.args) > 2 else ADD,
+                   len(call.args) > 3 and bool(call.args[3].value))
 
     def buffers(self):
         return [self.src.buffer, self.dst.buffer]
@@ -286,27 +291,80 @@ class AtomicOp(TileOp):
         return tma_reduce_box(self.dst, self.src)
 
     def _lower_tma_reduce(self, ctx, box, swizzle):
-        """Every thread fences its shared-memory writes for the async proxy and syncs; thread 0 issues the
-        reduction (one box per swizzle plane) and commits the bulk group (BulkStoreWaits makes it wait for the tile
-        to be read before the next barrier, which orders any later write of the tile)."""
-        sb, gb = self.src.buffer, self.dst.buffer
+        sb = self.src.buffer
         rows, cols = (int(e) for e in sb.shape)
-        elems = swizzle * 8 // tvm.DataType(str(sb.dtype)).bits if swizzle else cols
+        phys = ctx.remap.get(sb, sb)
+        return self._tma_reduce_stmts(ctx, box, swizzle, phys,
+                                      lambda c: ctx.physical_index(sb, c)[1][0], rows, cols)
+
+    def _tma_reduce_stmts(self, ctx, box, swizzle, phys, offset_of, rows, cols):
+        """Every thread fences its shared-memory writes of the tile (`phys`, element (r, c) at ``offset_of([r,
+        c])``) for the async proxy and syncs; thread 0 issues the reduction (one box per swizzle plane) and commits
+        the bulk group (BulkStoreWaits makes it wait for the tile to be read before the next barrier, which orders
+        any later write of the tile)."""
+        gb = self.dst.buffer
+        elems = swizzle * 8 // tvm.DataType(str(gb.dtype)).bits if swizzle else cols
         tmap = ctx.tensor_map(gb, (elems, *box[1:]), swizzle)
         base = [self.dst.mins[d] for d in reversed(range(len(gb.shape)))]
         reds = []
         for p in range(cols // elems):
-            phys, off = ctx.physical_index(sb, [0, p * elems])
             reds.append(intrin.tma_reduce_add(tirx.address_of(tmap),
-                                              phys.access_ptr("r", offset=off[0], extent=rows * elems),
+                                              phys.access_ptr("r", offset=offset_of([0, p * elems]),
+                                                              extent=rows * elems),
                                               [base[0] + p * elems, *base[1:]]))
-        return tirx.SeqStmt([intrin.fence_proxy_async(), storage_sync(sb.scope()),
+        return tirx.SeqStmt([intrin.fence_proxy_async(), storage_sync(phys.scope()),
                              tirx.IfThenElse(ctx.thread_var == 0, tirx.SeqStmt([*reds, intrin.bulk_commit()]), None)])
+
+    # ---- a fragment added by TMA through a staged shared tile (sm90) ----------------------------------------------
+    def _staged_box(self, ctx):
+        """The TMA box when this float add of a whole 2-d fragment can go through a shared tile staged by this
+        operator (swizzled like a wgmma operand) and one TMA reduction, else None."""
+        sb = self.src.buffer
+        if self.kind != ADD or ctx.target is None or config.get("disable_tma", False) \
+                or config.get("disable_tma_store", False) or not supports(ctx.target, TMA_STORE):
+            return None
+        if str(self.dst.buffer.dtype) not in ("float32", "float16", "bfloat16") or len(sb.shape) != 2 \
+                or list(self.extents) != [int(e) for e in sb.shape] or ctx.layout_map.get(sb) is None:
+            return None
+        m, n = (int(e) for e in sb.shape)
+        if wgmma_swizzle_bytes(m, n, tvm.DataType(str(self.dst.buffer.dtype)).bits) not in (32, 64, 128):
+            return None
+        return tma_reduce_tile_box(self.dst, m, n)
+
+    def _lower_staged(self, ctx, box):
+        """``T.copy(fragment, staged)`` then the TMA reduction of the staged tile (`_lower_tma_reduce`). The tile
+        is laid out like a wgmma operand, so writes from an accumulator fragment are free of bank conflicts;
+        ThreadSync orders its reuse after the previous reduction's read (BulkStoreWaits)."""
+        sb, gb = self.src.buffer, self.dst.buffer
+        m, n = (int(e) for e in sb.shape)
+        dtype = str(gb.dtype)
+        bits = tvm.DataType(dtype).bits
+        swizzle = wgmma_swizzle_bytes(m, n, bits)
+        layout = make_wgmma_operand_layout(m, n, bits, swizzle)
+        # whole KB: swizzled tiles stay 1 KB-aligned in the merged dynamic shared memory
+        size = (m * n * bits // 8 + 1023) // 1024 * 1024 * 8 // bits
+        stage = tirx.decl_buffer((size,), dtype, f"{sb.name}_stage", scope="shared.dyn")
+        frag = ctx.layout_map[sb]
+        vec = fragment_vector_width(frag, max(1, 128 // bits), ctx.analyzer)
+
+        def make(ix, _gix, l_flat):
+            value = tirx.BufferLoad(ctx.remap[sb], [l_flat])
+            if str(sb.dtype) != dtype:
+                value = tirx.Cast(dtype, value)
+            return tirx.BufferStore(stage, value, [ctx.layout_offset(layout, list(ix))])
+
+        writes = emit_by_fragment(ctx, frag, vec, make, name="stage")
+        reduce = self._tma_reduce_stmts(ctx, box, swizzle, stage, lambda c: layout.offset(c), m, n)
+        return tirx.SeqStmt([tirx.AllocBuffer(stage), writes, reduce])
 
     def lower(self, ctx):
         sb = self.src.buffer
         if is_local(sb):
             return self._lower_local(ctx)
+        if is_fragment(sb) and self.use_tma:
+            box = self._staged_box(ctx)
+            if box is not None:
+                return self._lower_staged(ctx, box)
         if is_shared(sb):
             box = self._tma_reduce_box(ctx.target)
             lay = ctx.layout_map.get(sb)

@@ -102,6 +102,10 @@ class LowerContext:
             return phys, [lay.local_offset(list(indices))]
         if lay is None:
             return phys, [row_major_offset(indices, buffer.shape)]
+        return phys, [self.layout_offset(lay, indices)]
+
+    def layout_offset(self, lay, indices):
+        """Offset of element `indices` under the shared-memory Layout `lay`."""
         lane = self._lane_in(indices[-1]) if indices else None
         if lane is not None:
             # a vector access: the partitioner proved that the lanes are contiguous in this layout, so address
@@ -111,8 +115,8 @@ class LowerContext:
             base = [substitute(i, zero) for i in indices]
             step = self.analyzer.simplify(indices[-1] - base[-1])
             if all(self.analyzer.can_prove_equal(a, b) for a, b in zip(indices[:-1], base[:-1])):
-                return phys, [lay.offset(base, self.analyzer) + step]
-        return phys, [lay.offset(list(indices))]
+                return lay.offset(base, self.analyzer) + step
+        return lay.offset(list(indices))
 
     def _lane_in(self, expr):
         if not self.lane_vars:

@@ -199,6 +199,12 @@ class CopyOp(TileOp):
             out = tirx.And(out, c)
         return out
 
+    def _may_be_ragged(self, ctx, fshape):
+        """Whether some element of the tile may fall outside a global side (its copy is guarded)."""
+        ivars = [tirx.Var(f"rg{d}", "int32") for d in range(len(fshape))]
+        with analyzer_scope(ctx.analyzer, {v: tvm.ir.Range(0, e) for v, e in zip(ivars, fshape)}):
+            return self._guard(ctx, _tile_index(fshape, ivars)) is not None
+
     def _value(self, ctx, ix):
         v = ctx.load(self.src.buffer, self.src.index(ix))
         if str(self.src.buffer.dtype) != str(self.dst.buffer.dtype):
@@ -238,6 +244,11 @@ class CopyOp(TileOp):
                     access_vectorizable(r.buffer, lambda ix, r=r: self._phys_index_fn(ctx, r)(_tile_index(fshape, ix)),
                                         fshape, vec, ctx.analyzer, bind)
                     for r in (self.src, self.dst) if not is_fragment(r.buffer)):
+                vec //= 2
+            # the zero fill of a ragged tile stores a broadcast constant, and TVM's CUDA codegen cannot print one
+            # wider than 16 bytes (8 floats would need make_ulonglong4 of 8 values): narrower vectors there
+            dst_bits = tvm.DataType(str(db.dtype)).bits
+            while vec * dst_bits > 128 and not is_global(db) and self._may_be_ragged(ctx, fshape):
                 vec //= 2
 
             def make_frag(fix, fgix, l_flat):

@@ -17,7 +17,8 @@ from tvm import tirx
 from tilex import config
 from tilex.ir import intrin
 from tilex.ir.hardware import WGMMA, supports
-from tilex.ir.names import ASYNC_MMA_CP_ASYNC, ASYNC_MMA_WS, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC
+from tilex.ir.names import (ASYNC_MMA_CP_ASYNC, ASYNC_MMA_FENCED_DEFER, ASYNC_MMA_WS, ASYNC_MMA_WS_DEFER,
+                            ASYNC_MMA_WS_SYNC)
 from tilex.ir.visit import storage_sync
 from tilex.layout import (make_wgmma_a_fragment, make_wgmma_accumulator_fragment, make_wgmma_operand_layout,
                           wgmma_swizzle_bytes)
@@ -156,6 +157,8 @@ def lower(op, ctx, p: WgmmaPlan):
         # completed by the wait of the next gemm (transform.hopper.ws_groups)
         wait = [intrin.wgmma_wait(0)] if ctx.async_mma == ASYNC_MMA_WS_SYNC else []
         return [intrin.wgmma_fence(), body, intrin.wgmma_commit(), *wait]
+    if ctx.async_mma == ASYNC_MMA_FENCED_DEFER:
+        return [intrin.fence_proxy_async(), sync, intrin.wgmma_fence(), body, intrin.wgmma_commit()]
     if ctx.async_mma:
         # in a software pipeline that fenced and synchronized the landed stage already: leave this k-tile's MMAs
         # in flight and wait for the previous one only; with several warpgroups, a barrier makes sure every

@@ -156,17 +156,30 @@ def tma_reduce_box(dst: Region, src: Region):
     do it in one box: rows and cols at most 256, rows of a multiple of 16 bytes, the same dtype on both sides, a
     static contiguous global tensor of rank 2..5 with 16-byte aligned strides, and a region whose extents are 1
     except the last (cols) and one rows dimension (rows)."""
-    sb, gb = src.buffer, dst.buffer
-    if not (is_shared(sb) and is_global(gb)) or str(sb.dtype) != str(gb.dtype) or len(sb.shape) != 2:
+    sb = src.buffer
+    if not is_shared(sb) or str(sb.dtype) != str(dst.buffer.dtype) or len(sb.shape) != 2:
+        return None
+    if not all(isinstance(e, (int, tirx.IntImm)) for e in [*src.extents, *sb.shape]):
+        return None
+    rows, cols = (int(e) for e in sb.shape)
+    if [int(e) for e in src.extents] != [rows, cols]:
+        return None
+    return tma_reduce_tile_box(dst, rows, cols)
+
+
+def tma_reduce_tile_box(dst: Region, rows: int, cols: int):
+    """The box of TMA reductions of (rows x cols) tiles of dst's dtype into the global region `dst` (see
+    `tma_reduce_box`), or None."""
+    gb = dst.buffer
+    if not is_global(gb):
         return None
     bits = tvm.DataType(str(gb.dtype)).bits
     rank = len(gb.shape)
     if bits not in (16, 32) or not 2 <= rank <= 5 or not _global_ok(gb, bits // 8):
         return None
-    if not all(isinstance(e, (int, tirx.IntImm)) for e in [*src.extents, *dst.extents, *sb.shape]):
+    if not all(isinstance(e, (int, tirx.IntImm)) for e in dst.extents):
         return None
-    rows, cols = (int(e) for e in sb.shape)
-    if [int(e) for e in src.extents] != [rows, cols] or rows > 256 or cols > 256 or cols * bits // 8 % 16:
+    if rows > 256 or cols > 256 or cols * bits // 8 % 16:
         return None
     ext = [int(e) for e in dst.extents]
     rd = tma_rows_dim(dst)

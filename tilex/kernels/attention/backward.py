@@ -14,7 +14,7 @@ Notation: ``S = Q K^T * sm_scale``; the forward saved ``lse[b, h, i] = log(sum_j
     ``S^T = K Q^T`` (K_s, Q_s in shared), ``P^T = exp2(S^T * scale*log2e - lse*log2e)`` (masked),
     ``dP^T = V dO^T``, ``dV += P^T dO``, ``dS^T = P^T (dP^T - delta)``, ``dK += dS^T Q``,
     ``dQ_partial = (dS^T)^T K`` (A = dS^T from shared memory, transposed), added into ``dQ_accum`` with
-    `T.atomic_add` (blocks of different key blocks add into the same rows).
+    ``T.atomic_add(..., use_tma=True)`` (blocks of different key blocks add into the same rows).
   dK is scaled by sm_scale at the end; dQ_accum holds dQ / sm_scale.
 * `bwd_postprocess`: ``dQ = dQ_accum * sm_scale`` cast to the input dtype.
 
@@ -37,8 +37,6 @@ def bwd_preprocess(batch, heads, seq, dim, dtype="float16", blk=64, threads=128)
     def preprocess(O: T.Tensor(shape, dtype), dO: T.Tensor(shape, dtype),
                    Delta: T.Tensor((batch, heads, seq), "float32"), dQ_accum: T.Tensor(shape, "float32")):
         with T.Kernel(T.ceildiv(seq, blk), heads, batch, threads=threads) as (bx, by, bz):
-            # 16-bit fragments: a ragged fp16 -> fp32 fragment T.copy zero-fills with a float32x8 constant that
-            # TVM's CUDA codegen prints as an invalid make_ulonglong4(8 floats); converting in T.Parallel avoids it
             o = T.alloc_fragment((blk, dim), dtype)
             do = T.alloc_fragment((blk, dim), dtype)
             acc = T.alloc_fragment((blk, dim), "float32")
@@ -76,7 +74,6 @@ def bwd_main(batch, heads, seq, dim, causal, sm_scale=None, dtype="float16", bm=
             lse_s = T.alloc_shared((bm,), "float32")
             delta_s = T.alloc_shared((bm,), "float32")
             dsT_s = T.alloc_shared((bn, bm), dtype)
-            dq_s = T.alloc_shared((bm, dim), "float32")
             sT = T.alloc_fragment((bn, bm), "float32")
             dpT = T.alloc_fragment((bn, bm), "float32")
             pT = T.alloc_fragment((bn, bm), dtype)
@@ -96,8 +93,8 @@ def bwd_main(batch, heads, seq, dim, causal, sm_scale=None, dtype="float16", bm=
                 T.copy(Lse[bz, by, i * bm], lse_s)
                 T.copy(Delta[bz, by, i * bm], delta_s)
                 T.clear(sT)
-                T.gemm(K_s, Q_s, sT, transpose_B=True)
                 T.clear(dpT)
+                T.gemm(K_s, Q_s, sT, transpose_B=True)
                 T.gemm(V_s, dO_s, dpT, transpose_B=True)
                 for r, c in T.Parallel(bn, bm):
                     # keys past seq (zero rows) would get P = exp(-lse); queries past seq have dO = 0 but are
@@ -114,14 +111,15 @@ def bwd_main(batch, heads, seq, dim, causal, sm_scale=None, dtype="float16", bm=
                 T.gemm(pT, dO_s, dv)
                 for r, c in T.Parallel(bn, bm):
                     dsT[r, c] = T.Cast(dtype, sT[r, c] * (dpT[r, c] - delta_s[c]))
-                T.gemm(dsT, Q_s, dk)
                 T.copy(dsT, dsT_s)
                 T.clear(dq)
+                # dQ's gemm first: on sm90 dK's runs on while dQ is stored (each MMA is waited for only where
+                # its result is needed)
                 T.gemm(dsT_s, K_s, dq, transpose_A=True)
-                # staged through shared memory: on sm90 the TMA unit adds the whole tile into dQ_accum (one bulk
-                # reduction instead of bm * dim atomics)
-                T.copy(dq, dq_s)
-                T.atomic_add(dQ_accum[bz, by, i * bm, 0], dq_s)
+                T.gemm(dsT, Q_s, dk)
+                # on sm90 dq is staged in shared memory and the TMA unit adds it into dQ_accum (bulk reductions
+                # instead of bm * dim atomics)
+                T.atomic_add(dQ_accum[bz, by, i * bm, 0], dq, use_tma=True)
             for r, d in T.Parallel(bn, dim):
                 dk[r, d] = dk[r, d] * sm_scale
             T.copy(dk, dK[bz, by, bx * bn, 0])

@@ -11,6 +11,7 @@ dim]`` (BSHD), fp16/bf16, ``heads_q % heads_kv == 0`` (GQA; MQA when heads_kv is
   scores (fp32 ``[batch, heads_q, num_splits]``; an empty chunk writes -inf and zeros).
 * `decode_combine`: grid (heads_q, batch): ``O = sum_s 2^(lse_s - M) O_s / sum_s 2^(lse_s - M)``, M = max lse_s.
 """
+import functools
 import math
 
 import tilex.language as T
@@ -97,38 +98,53 @@ def decode_split(batch, heads_q, heads_kv, kv_len, dim, num_splits, sm_scale=Non
 
 
 def decode_combine(batch, heads_q, dim, num_splits, dtype="float16", threads=128):
+    # the split loops are unrolled: every thread issues all of its loads of a pass at once instead of one
+    # dependent load per split
     @T.prim_func
     def combine(O_part: T.Tensor((batch, heads_q, num_splits, dim), "float32"),
                 Lse_part: T.Tensor((batch, heads_q, num_splits), "float32"),
                 O: T.Tensor((batch, heads_q, dim), dtype)):
         with T.Kernel(heads_q, batch, threads=threads) as (bx, by):
+            lse = T.alloc_local((num_splits,), "float32")
             mx = T.alloc_local((1,), "float32")
             den = T.alloc_local((1,), "float32")
             acc = T.alloc_fragment((dim,), "float32")
+            for s in T.unroll(num_splits):
+                lse[s] = Lse_part[by, bx, s]
             mx[0] = -T.infinity("float32")
-            for s in T.serial(num_splits):
-                mx[0] = T.max(mx[0], Lse_part[by, bx, s])
+            for s in T.unroll(num_splits):
+                mx[0] = T.max(mx[0], lse[s])
             den[0] = 0.0
-            for s in T.serial(num_splits):
-                den[0] = den[0] + T.exp2(Lse_part[by, bx, s] - mx[0])
+            for s in T.unroll(num_splits):
+                lse[s] = T.exp2(lse[s] - mx[0])
+                den[0] = den[0] + lse[s]
             T.clear(acc)
-            for s in T.serial(num_splits):
+            for s in T.unroll(num_splits):
                 for d in T.Parallel(dim):
-                    acc[d] = acc[d] + T.exp2(Lse_part[by, bx, s] - mx[0]) * O_part[by, bx, s, d]
+                    acc[d] = acc[d] + lse[s] * O_part[by, bx, s, d]
             for d in T.Parallel(dim):
                 O[by, bx, d] = T.Cast(dtype, acc[d] / den[0])
 
     return combine
 
 
-def choose_num_splits(batch, heads_kv, kv_len, bn=64, sms=None, blocks_per_sm=2, max_splits=64):
-    """Splits that bring batch * heads_kv blocks up to about `blocks_per_sm` waves' worth of blocks on `sms`
-    multiprocessors (132 on H100), at most one per `bn`-key tile, then trimmed so that no split is empty."""
+@functools.lru_cache(maxsize=1024)
+def choose_num_splits(batch, heads_kv, kv_len, bn=64, sms=None, blocks_per_sm=1, max_splits=64, block_cost=2):
+    """Splits of the cache per (batch, kv head), chosen by waves: with ``P = batch * heads_kv`` pairs, `s` splits
+    run ``ceil(P s / (sms * blocks_per_sm))`` waves of blocks that each take ``ceil(tiles / s)`` key tiles plus
+    a fixed `block_cost` (in tiles: Q load, first loads' latency, partial output), and the smallest such time
+    wins (fewer splits on a tie: less to combine). The split kernel holds a whole multiprocessor
+    (`blocks_per_sm` 1); H100: 132 multiprocessors."""
     sms = sms if sms is not None else num_sms("sm_90a")
     tiles = max(1, -(-kv_len // bn))
-    want = -(-(sms * blocks_per_sm) // (batch * heads_kv))
-    want = max(1, min(want, tiles, max_splits))
-    return split_chunk(kv_len, want, bn)[1]
+    pairs = batch * heads_kv
+    slots = sms * blocks_per_sm
+    best = None
+    for s in range(1, min(tiles, max_splits) + 1):
+        cost = -(-pairs * s // slots) * (-(-tiles // s) + block_cost)
+        if best is None or cost < best[0]:
+            best = (cost, s)
+    return split_chunk(kv_len, best[1], bn)[1]
 
 
 _KERNELS = {}

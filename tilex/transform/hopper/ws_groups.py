@@ -17,6 +17,9 @@ consumer loop; one block per tile, no persistent grid):
   S(k), then P(k-1) V(k-1), waits for S(k) alone (``wgmma_wait<1>``), and waits for P V (and frees its stage)
   just before the first statement that touches its tiles (the cast of P, the rescale of O); the last one is
   issued after the loop.
+* otherwise (attention's backward: no gemm's wait can cross into the next iteration), unless
+  ``tilex.disable_mma_overlap``, every wgmma is only issued, and completed just before the first statement that
+  needs it (:func:`in_flight_iteration`): dV's MMA runs during dS, dK's during dQ's staging.
 * opt in (``tilex.warpgroup_turns``): with two consumer warpgroups that own disjoint rows, each issues its block
   of MMAs (S(k) and P(k-1) V(k-1)) only in its turn and passes the turn right after issuing (named barriers
   ``TURNS``), so one warpgroup's softmax runs while the other's MMAs do (FlashAttention-3's ping-pong).
@@ -27,7 +30,7 @@ from tvm import tirx
 
 from tilex import config
 from tilex.ir import intrin
-from tilex.ir.names import ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC
+from tilex.ir.names import ASYNC_MMA_FENCED_DEFER, ASYNC_MMA_SCOPE, ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC
 from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.op import gemm_wgmma
 from tilex.op.base import is_shared
@@ -74,6 +77,62 @@ def _rows_split(ctx, consumers, gemms):
         if p is None or p.wg_n != 1:
             return False
     return True
+
+
+def _must_complete(gemm, stmt, fenced, shared_touch):
+    """Whether the in-flight gemm with accesses `gemm` completes before a statement with accesses `stmt`: the
+    statement touches its accumulator, overwrites an operand or reads a register operand (the PTX ISA leaves any
+    access to a wgmma's registers before its wait undefined); or the gemm reads tiles written in the loop
+    (`fenced`) and the statement touches shared memory, where ThreadSync may put a barrier that lets another
+    warpgroup overwrite them."""
+    (gr, gw), (sr, sw) = gemm, stmt
+    return bool(gw & (sr | sw) or gr & sw or {b for b in gr & sr if not is_shared(b)} or (fenced and shared_touch))
+
+
+def in_flight_iteration(consumers, acc, gemms, sync_gemms, releases, waits_before, release):
+    """One iteration's consumer statements with every wgmma only issued and completed (``wgmma_wait<n>``, n the
+    gemms issued after it) just before the first later statement that depends on it (:func:`_must_complete`), so
+    independent MMAs overlap the element-wise work and each other (attention's backward: dV += P^T dO during
+    dS, dK += dS^T Q during dQ's store). Stages are freed once their last reader completed; everything completes
+    by the end of the iteration.
+
+    `consumers`: the statements, retargeted to the current stage; `acc`: their (reads, writes); `releases[i]`:
+    the (empty barrier, tiles) of the load groups whose last reader is statement i; `waits_before(i)`: the
+    full-barrier waits before statement i; `release(e)`: the statements freeing the current stage of `e`."""
+    body, pending, held = [], [], []
+
+    def complete(upto):
+        body.append(intrin.wgmma_wait(len(pending) - upto - 1))
+        done = set(pending[:upto + 1])
+        del pending[:upto + 1]
+        for j, e in list(held):
+            if j in done:
+                body.append(release(e))
+                held.remove((j, e))
+
+    for i, c in enumerate(consumers):
+        body += waits_before(i)
+        is_gemm = i in gemms
+        shared_touch = not (is_gemm and i in sync_gemms) and any(is_shared(b) for b in acc[i][0] | acc[i][1])
+        need = [p for p, j in enumerate(pending)
+                if _must_complete(acc[j], acc[i], j not in sync_gemms, shared_touch)]
+        if need:
+            complete(max(need))
+        if is_gemm:
+            mode = ASYNC_MMA_WS_DEFER if i in sync_gemms else ASYNC_MMA_FENCED_DEFER
+            body.append(tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, mode, c))
+            pending.append(i)
+        else:
+            body.append(c)
+        for e, bufs in releases[i]:
+            readers = [j for j in pending if acc[j][0] & bufs]  # in flight, reading the stage
+            if readers:
+                held.append((readers[-1], e))
+            else:
+                body.append(release(e))
+    if pending:
+        complete(len(pending) - 1)
+    return body
 
 
 def rewrite(ctx, loop, plan):
@@ -147,7 +206,14 @@ def rewrite(ctx, loop, plan):
             body += [release(e, s) for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i]
         return seq(body)
 
-    if last is None:
+    if last is None and not config.get("disable_mma_overlap", False):
+        consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, seq(in_flight_iteration(
+            [retarget(c, bufmap, s) for c in consumers], acc, gemms, sync_gemms,
+            {i: [(e, {op.dst.buffer for _, op in copies}) for (_, lst, copies), (_, e) in zip(groups, barriers)
+                 if lst == i] for i in range(n)},
+            lambda i: [ts.wait_full(full) for (f, _, _), (full, _) in zip(groups, barriers) if f == i],
+            lambda e: release(e, s))))
+    elif last is None:
         consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, iteration(False))
     else:
         # the first iteration is peeled (no P V before it), so every wgmma of the loop body is issued and waited
