@@ -330,7 +330,6 @@ def bulk_commit():
     return _stmt(BULK_COMMIT)
 
 
-
 def bulk_wait_read(n):
     """Wait until at most `n` bulk-store groups still read shared memory."""
     return _stmt(_templated(BULK_WAIT_READ, n))
