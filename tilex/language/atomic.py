@@ -34,7 +34,8 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, 
     _check("T.atomic_add", memory_order, return_prev, use_tma, annotations)
     use_tma = as_bool("T.atomic_add", "use_tma", use_tma)
     if use_tma and not _is_tile(value):
-        unsupported("T.atomic_add", "use_tma", True, "the TMA unit adds whole tiles: give a buffer or region as the value")
+        unsupported("T.atomic_add", "use_tma", True,
+                    "the TMA unit adds whole tiles: give a buffer or region as the value")
     return atomic(ADD, dst, value, use_tma=use_tma)
 
 
