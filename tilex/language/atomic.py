@@ -14,7 +14,7 @@ relaxed, ``use_tma=True`` on an element or on max/min, ``annotations``.
 from __future__ import annotations
 
 from tilex.language.options import as_bool, no_annotations, unsupported
-from tilex.op.atomic import ADD, MAX, MIN, _is_tile, atomic
+from tilex.op.atomic import ADD, MAX, MIN, atomic, is_tile
 
 MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
 
@@ -33,7 +33,7 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, 
     """``dst += value`` atomically (dst an element or a tile of a global/shared buffer)."""
     _check("T.atomic_add", memory_order, return_prev, use_tma, annotations)
     use_tma = as_bool("T.atomic_add", "use_tma", use_tma)
-    if use_tma and not _is_tile(value):
+    if use_tma and not is_tile(value):
         unsupported("T.atomic_add", "use_tma", True,
                     "the TMA unit adds whole tiles: give a buffer or region as the value")
     return atomic(ADD, dst, value, use_tma=use_tma)

@@ -90,7 +90,7 @@ def atomic_element(kind, dst, value):
         value = int(value)
     if isinstance(value, (int, float)):
         value = tirx.const(value, dt)
-    elif isinstance(value, tvm.ir.Expr) and not _is_tile(value):
+    elif isinstance(value, tvm.ir.Expr) and not is_tile(value):
         if lanes(value) != 1:
             raise TileOpError(f"{_api(kind)}: the value must be a scalar, got {dtype_of(value)}")
         if dtype_of(value) != dt:
@@ -101,7 +101,8 @@ def atomic_element(kind, dst, value):
     return intrin.atomic(intrin.atomic_name(KIND_NAMES[kind]), tirx.address_of(dst), value)
 
 
-def _is_tile(obj):
+def is_tile(obj):
+    """Whether `obj` is a tile operand (a buffer or a region), not a single element."""
     return tirx.is_buffer_var(obj) or isinstance(obj, (BufferRegionNode, Region))
 
 
@@ -131,9 +132,9 @@ def atomic(kind, dst, value, memory_order=None, return_prev=False, use_tma=False
     if memory_order not in (None, "relaxed"):
         raise TileOpError(f"{_api(kind)}(memory_order={memory_order!r}) is not supported (atomics are relaxed; "
                           f"order them with a fence or barrier)")
-    if _is_tile(value) or (_is_tile(dst) and isinstance(value, BufferLoadNode)):
+    if is_tile(value) or (is_tile(dst) and isinstance(value, BufferLoadNode)):
         return atomic_call(kind, dst, value, use_tma)  # a start element takes the other side's tile shape
-    if _is_tile(dst):
+    if is_tile(dst):
         raise TileOpError(f"{_api(kind)}: a tile destination needs a tile value (a buffer or region), got "
                           f"{type(value).__name__}; for a scalar per element use T.Parallel with "
                           f"{_api(kind)}(C[i, j], v)")
