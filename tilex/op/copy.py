@@ -199,6 +199,16 @@ class CopyOp(TileOp):
             out = tirx.And(out, c)
         return out
 
+    def _cast_lanes(self):
+        """Most lanes a converting copy may cast at once: 4 when float8 is on either side (TVM's CUDA codegen
+        converts float8 vectors through CUDA's __nv_fp8x4 / __nv_fp8x2 types; 8 lanes print a cast nvcc
+        rejects), 1 between float8 and bfloat16, else unlimited."""
+        sd, dd = str(self.src.buffer.dtype), str(self.dst.buffer.dtype)
+        if sd == dd or not ("float8" in sd or "float8" in dd):
+            return 1 << 30
+        # CUDA has no vector conversion between float8 and bfloat16: one element at a time there
+        return 1 if "bfloat16" in (sd, dd) else 4
+
     def _may_be_ragged(self, ctx, fshape):
         """Whether some element of the tile may fall outside a global side (its copy is guarded)."""
         ivars = [tirx.Var(f"rg{d}", "int32") for d in range(len(fshape))]
@@ -250,6 +260,7 @@ class CopyOp(TileOp):
             dst_bits = tvm.DataType(str(db.dtype)).bits
             while vec * dst_bits > 128 and not is_global(db) and self._may_be_ragged(ctx, fshape):
                 vec //= 2
+            vec = min(vec, self._cast_lanes())
 
             def make_frag(fix, fgix, l_flat):
                 # emit_by_fragment yields indices of the fragment buffer; the copy speaks in tile indices
@@ -268,7 +279,8 @@ class CopyOp(TileOp):
             return emit_by_fragment(ctx, frag, vec, make_frag, name="cp", bounds=fshape)
         bits = max(tvm.DataType(str(sb.dtype)).bits, tvm.DataType(str(db.dtype)).bits)
         accesses = [(r.buffer, self._phys_index_fn(ctx, r)) for r in (self.src, self.dst)]
-        vec = pick_vector(self.extents, ctx.threads, bits, accesses, ctx.analyzer, bind)
+        vec = pick_vector(self.extents, ctx.threads, bits, accesses, ctx.analyzer, bind,
+                          max_bits=min(128, bits * self._cast_lanes()))
         use_async = (self.is_async and is_global(sb) and is_shared(db) and str(sb.dtype) == str(db.dtype)
                      and vec * tvm.DataType(str(sb.dtype)).bits // 8 in (4, 8, 16))
         if self.is_async and not supports(ctx.target, CP_ASYNC):  # the pipeline's commit / wait need it too
