@@ -176,16 +176,17 @@ class AtomicOp(TileOp):
         return f"{_api(self.kind)}({self.dst}, {self.src})"
 
     def _staging_swizzle(self):
-        """Swizzle (bytes) of the staged tile a TMA reduction reads: the wgmma-style one when the tile has it (the
-        writes from an accumulator fragment then avoid bank conflicts), else 0 (row-major)."""
+        """Swizzle (bytes) of the staged tile a TMA reduction reads (the source's 2-d shape in the destination's
+        dtype): the wgmma-style one when the tile has it (the writes from an accumulator fragment then avoid bank
+        conflicts), else 0 (row-major)."""
         rows, cols = (int(e) for e in self.src.buffer.shape)
-        return wgmma_swizzle_bytes(rows, cols, tvm.DataType(str(self.src.buffer.dtype)).bits)
+        return wgmma_swizzle_bytes(rows, cols, tvm.DataType(str(self.dst.buffer.dtype)).bits)
 
     def _staging_layout(self):
         rows, cols = (int(e) for e in self.src.buffer.shape)
         swz = self._staging_swizzle()
         if swz:
-            return make_wgmma_operand_layout(rows, cols, tvm.DataType(str(self.src.buffer.dtype)).bits, swz)
+            return make_wgmma_operand_layout(rows, cols, tvm.DataType(str(self.dst.buffer.dtype)).bits, swz)
         return Layout([rows, cols], lambda *ix: list(ix))
 
     # ---- layout inference (as T.copy from a fragment) ---------------------------------------------------------------
@@ -281,15 +282,16 @@ class AtomicOp(TileOp):
         return stmt if cond is None else tirx.IfThenElse(cond, stmt, None)
 
     # ---- TMA reduction (sm90): a whole shared tile added into global memory by the TMA unit ---------------------------
+    def _tma_reduce_enabled(self, target):
+        """Whether this is a float add that TMA reductions could do on `target` (sm90, TMA not disabled)."""
+        return (self.kind == ADD and target is not None and not config.get("disable_tma", False)
+                and not config.get("disable_tma_store", False) and supports(target, TMA_STORE)
+                and str(self.dst.buffer.dtype) in ("float32", "float16", "bfloat16"))
+
     def _tma_reduce_box(self, target):
-        """The TMA box when this is a float add of a whole row-major shared tile into a global tile that one TMA
-        reduction can do (sm90, TMA not disabled), else None."""
-        if self.kind != ADD or target is None or config.get("disable_tma", False) \
-                or config.get("disable_tma_store", False) or not supports(target, TMA_STORE):
-            return None
-        if str(self.dst.buffer.dtype) not in ("float32", "float16", "bfloat16"):
-            return None
-        return tma_reduce_box(self.dst, self.src)
+        """The TMA box when one TMA reduction can add this whole row-major shared tile into its global tile,
+        else None."""
+        return tma_reduce_box(self.dst, self.src) if self._tma_reduce_enabled(target) else None
 
     def _lower_tma_reduce(self, ctx, box, swizzle):
         sb = self.src.buffer
@@ -321,16 +323,12 @@ class AtomicOp(TileOp):
         """The TMA box when this float add of a whole 2-d fragment can go through a shared tile staged by this
         operator (swizzled like a wgmma operand) and one TMA reduction, else None."""
         sb = self.src.buffer
-        if self.kind != ADD or ctx.target is None or config.get("disable_tma", False) \
-                or config.get("disable_tma_store", False) or not supports(ctx.target, TMA_STORE):
-            return None
-        if str(self.dst.buffer.dtype) not in ("float32", "float16", "bfloat16") or len(sb.shape) != 2 \
+        if not self._tma_reduce_enabled(ctx.target) or len(sb.shape) != 2 \
                 or list(self.extents) != [int(e) for e in sb.shape] or ctx.layout_map.get(sb) is None:
             return None
-        m, n = (int(e) for e in sb.shape)
-        if wgmma_swizzle_bytes(m, n, tvm.DataType(str(self.dst.buffer.dtype)).bits) not in (32, 64, 128):
+        if self._staging_swizzle() not in (32, 64, 128):
             return None
-        return tma_reduce_tile_box(self.dst, m, n)
+        return tma_reduce_tile_box(self.dst, *(int(e) for e in sb.shape))
 
     def _lower_staged(self, ctx, box):
         """``T.copy(fragment, staged)`` then the TMA reduction of the staged tile (`_lower_tma_reduce`). The tile
@@ -340,8 +338,7 @@ class AtomicOp(TileOp):
         m, n = (int(e) for e in sb.shape)
         dtype = str(gb.dtype)
         bits = tvm.DataType(dtype).bits
-        swizzle = wgmma_swizzle_bytes(m, n, bits)
-        layout = make_wgmma_operand_layout(m, n, bits, swizzle)
+        swizzle, layout = self._staging_swizzle(), self._staging_layout()
         # whole KB: swizzled tiles stay 1 KB-aligned in the merged dynamic shared memory
         size = (m * n * bits // 8 + 1023) // 1024 * 1024 * 8 // bits
         stage = tirx.decl_buffer((size,), dtype, f"{sb.name}_stage", scope="shared.dyn")
@@ -355,7 +352,7 @@ class AtomicOp(TileOp):
             return tirx.BufferStore(stage, value, [ctx.layout_offset(layout, list(ix))])
 
         writes = emit_by_fragment(ctx, frag, vec, make, name="stage")
-        reduce = self._tma_reduce_stmts(ctx, box, swizzle, stage, lambda c: layout.offset(c), m, n)
+        reduce = self._tma_reduce_stmts(ctx, box, swizzle, stage, layout.offset, m, n)
         return tirx.SeqStmt([tirx.AllocBuffer(stage), writes, reduce])
 
     def lower(self, ctx):

@@ -258,8 +258,8 @@ class CopyOp(TileOp):
             # the zero fill of a ragged tile stores a broadcast constant, and TVM's CUDA codegen cannot print one
             # wider than 16 bytes (8 floats would need make_ulonglong4 of 8 values): narrower vectors there
             dst_bits = tvm.DataType(str(db.dtype)).bits
-            while vec * dst_bits > 128 and not is_global(db) and self._may_be_ragged(ctx, fshape):
-                vec //= 2
+            if vec * dst_bits > 128 and not is_global(db) and self._may_be_ragged(ctx, fshape):
+                vec = 128 // dst_bits
             vec = min(vec, self._cast_lanes())
 
             def make_frag(fix, fgix, l_flat):
