@@ -139,3 +139,47 @@ def test_mbarrier_arrays_keep_their_size():
     src = tilex.compile(gemm_with_vector("ABv"), target="sm_90a").get_kernel_source()
     sizes = [int(n) for n in re.findall(r"__shared__ alignas\(\d+\) uint64_t tma_\w+_ptr\w*\[(\d+)\];", src)]
     assert sizes and all(n == 3 for n in sizes), sizes
+
+
+def staged_atomic_beside_vectors():
+    """A fragment added with use_tma=True (the operator stages it in a swizzled tile of its own) in a kernel whose
+    declared shared buffers are small vectors, one live across the staging."""
+    @T.prim_func
+    def main(X: T.Tensor((4, 256, 256), "float32"), V: T.Tensor((256,), "float32"),
+             C: T.Tensor((256, 256), "float32"), V2: T.Tensor((384,), "float32")):
+        with T.Kernel(2, 4, 4, threads=256) as (bx, by, bz):
+            v_s = T.alloc_shared((96,), "float32")
+            x = T.alloc_fragment((64, 128), "float32")
+            T.copy(V[0:96], v_s)
+            T.copy(X[bz, by * 64, bx * 128], x)
+            for i, j in T.Parallel(64, 128):
+                x[i, j] += v_s[i]
+            T.atomic_add(C[by * 64, bx * 128], x, use_tma=True)
+            w_s = T.alloc_shared((96,), "float32")
+            T.copy(V[0:96], w_s)
+            for i in T.Parallel(96):
+                V2[bz * 96 + i] = v_s[i] + w_s[i]
+
+    return main
+
+
+def test_tile_staged_by_an_operator_is_kb_aligned():
+    src = tilex.compile(staged_atomic_beside_vectors(), target="sm_90a").get_kernel_source()
+    starts = re.findall(r"tma_reduce_add_2d\(.*?buf_dyn_shmem_ptr\)\[(.*?)\]\)", src)
+    assert len(starts) == 4  # one TMA box per 128-byte plane of the 128 fp32 columns
+    for expr in starts:
+        assert _eval_index(expr, 0) % 256 == 0, expr  # 256 floats: 1 KB
+
+
+@pytest.mark.gpu
+def test_tile_staged_by_an_operator_adds_correctly():
+    torch = pytest.importorskip("torch")
+    k = tilex.compile(staged_atomic_beside_vectors())
+    x = torch.randint(-4, 5, (4, 256, 256), device="cuda").float()
+    v = torch.randint(-4, 5, (256,), device="cuda").float()
+    c = torch.zeros(256, 256, device="cuda")
+    v2 = torch.zeros(384, device="cuda")
+    k(x, v, c, v2)
+    rows = v[:64].repeat(4)[:, None]  # every 64-row block adds V[0:64] once per bz
+    assert torch.equal(c, x.sum(0) + 4 * rows)
+    assert torch.equal(v2, (2 * v[:96]).repeat(4))

@@ -330,6 +330,9 @@ class AtomicOp(TileOp):
             return None
         return tma_reduce_tile_box(self.dst, *(int(e) for e in sb.shape))
 
+    def stages_swizzled_shared(self, ctx):
+        return self.use_tma and is_fragment(self.src.buffer) and self._staged_box(ctx) is not None
+
     def _lower_staged(self, ctx, box):
         """``T.copy(fragment, staged)`` then the TMA reduction of the staged tile (`_lower_tma_reduce`). The tile
         is laid out like a wgmma operand, so writes from an accumulator fragment are free of bank conflicts;

@@ -157,6 +157,11 @@ class TileOp:
     def infer_layout(self, ctx: InferContext, level: InferLevel) -> dict:
         return {}
 
+    def stages_swizzled_shared(self, ctx: LowerContext) -> bool:
+        """Whether `lower` allocates a swizzled shared tile of its own (it needs the 1 KB alignment that
+        LowerTileOps gives dynamic shared memory when such tiles exist)."""
+        return False
+
     def lower(self, ctx: LowerContext):  # pragma: no cover - abstract
         raise NotImplementedError
 

@@ -34,19 +34,37 @@ def _allocated_buffers(body):
     return out
 
 
+def _tile_ops(body):
+    """The tile operators of `body` that parse (one that does not is reported where it is lowered, located)."""
+    ops = []
+
+    def on_eval(node):
+        if isinstance(node.value, tvm.ir.Call):
+            try:
+                op = parse_tile_op(node.value)
+            except Exception:  # noqa: BLE001 - reported by its lowering, with the user's line
+                op = None
+            if op is not None:
+                ops.append(op)
+
+    walk(body, (tirx.Evaluate, on_eval))
+    return ops
+
+
 def _shared_elems(buf, layout_map):
     lay = layout_map.get(buf)
     return math.prod(lay.output_shape) if lay is not None else math.prod(int(s) for s in buf.shape)
 
 
-def _physical_buffers(buffers, layout_map):
+def _physical_buffers(buffers, layout_map, staged_tiles=False):
     remap = {}
     # swizzled tiles (a layout, whole KBs) need 1 KB-aligned addresses; dynamic shared memory is merged by packing
-    # buffers one after another, so once such tiles exist every other dynamic shared buffer is padded to whole KBs
-    # (static `shared` arrays such as mbarriers live outside that pool)
-    kb_tiles = any(b.scope() == "shared.dyn" and layout_map.get(b) is not None
-                   and _shared_elems(b, layout_map) * tvm.DataType(str(b.dtype)).bits % (8 * 1024) == 0
-                   for b in buffers)
+    # buffers one after another, so once such tiles exist (declared, or `staged_tiles`: allocated by a tile
+    # operator's lowering) every other dynamic shared buffer is padded to whole KBs (static `shared` arrays such as
+    # mbarriers live outside that pool)
+    kb_tiles = staged_tiles or any(
+        b.scope() == "shared.dyn" and layout_map.get(b) is not None
+        and _shared_elems(b, layout_map) * tvm.DataType(str(b.dtype)).bits % (8 * 1024) == 0 for b in buffers)
     for buf in buffers:
         lay = layout_map.get(buf)
         if is_shared(buf):
@@ -69,9 +87,10 @@ def lower_tile_ops(func, target=None):
         return func
     enc = func.attrs.get(LAYOUT_MAP_ATTR) if func.attrs is not None else None
     layout_map = {b: decode(v) for b, v in enc.items()} if enc is not None else {}
-    remap = _physical_buffers(_allocated_buffers(func.body), layout_map)
     ctx = LowerContext(layout_map=layout_map, thread_var=info.thread_var, threads=info.threads, target=target,
-                       analyzer=tvm.sym.Analyzer(), remap=remap)
+                       analyzer=tvm.sym.Analyzer(), remap={})
+    staged = any(op.stages_swizzled_shared(ctx) for op in _tile_ops(func.body))
+    remap = ctx.remap = _physical_buffers(_allocated_buffers(func.body), layout_map, staged)
     ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)
     for var, ext in info.block_extents.items():
         ctx.analyzer.bind(var, tvm.ir.Range(0, ext), allow_override=True)
