@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 
+#include "tilex/arch.h"
+
 namespace tilex {
 
 // Four 8x8 b16 matrices from shared memory; lane l supplies the row address of matrix l / 8.
@@ -55,5 +57,52 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(void* c_, const void* a_, cons
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+// 8-bit operands, m16n8k32: A (16x32, row: 4 regs of 4 bytes), B (32x8, col: 2 regs), C 4 accumulators.
+// TA / TB pick each operand's type: 0 = s8 / e4m3, 1 = u8 / e5m2. Integers accumulate in s32 (sm_80+), float8
+// in f32 (sm_89+; on an older arch a used float8 wrapper is a compile error).
+#define TILEX_MMA_K32(ACC, REG, TYA, TYB)                                                                      \
+  asm volatile("mma.sync.aligned.m16n8k32.row.col." ACC "." TYA "." TYB "." ACC                               \
+               " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                          \
+               : "+" REG(c[0]), "+" REG(c[1]), "+" REG(c[2]), "+" REG(c[3])                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+
+template <int TA, int TB>
+__device__ __forceinline__ void mma_m16n8k32_i8(void* c_, const void* a_, const void* b_) {
+  int32_t* c = reinterpret_cast<int32_t*>(c_);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
+  if constexpr (TA == 0 && TB == 0) {
+    TILEX_MMA_K32("s32", "r", "s8", "s8");
+  } else if constexpr (TA == 0 && TB == 1) {
+    TILEX_MMA_K32("s32", "r", "s8", "u8");
+  } else if constexpr (TA == 1 && TB == 0) {
+    TILEX_MMA_K32("s32", "r", "u8", "s8");
+  } else {
+    TILEX_MMA_K32("s32", "r", "u8", "u8");
+  }
+}
+
+template <int TA, int TB>
+__device__ __forceinline__ void mma_m16n8k32_f8(void* c_, const void* a_, const void* b_) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  static_assert(arch_unsupported<TA, TB>::value, "tilex::mma_m16n8k32_f8: float8 mma.sync needs sm_89+");
+#else
+  float* c = reinterpret_cast<float*>(c_);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
+  if constexpr (TA == 0 && TB == 0) {
+    TILEX_MMA_K32("f32", "f", "e4m3", "e4m3");
+  } else if constexpr (TA == 0 && TB == 1) {
+    TILEX_MMA_K32("f32", "f", "e4m3", "e5m2");
+  } else if constexpr (TA == 1 && TB == 0) {
+    TILEX_MMA_K32("f32", "f", "e5m2", "e4m3");
+  } else {
+    TILEX_MMA_K32("f32", "f", "e5m2", "e5m2");
+  }
+#endif
+}
+
+#undef TILEX_MMA_K32
 
 }  // namespace tilex

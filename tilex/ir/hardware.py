@@ -37,7 +37,8 @@ def compute_capability(target) -> tuple[int, bool]:
 # Each feature is a family of instructions that a lowering emits through the wrappers of src/tilex/*.h; the
 # table says on which archs those wrappers have an implementation (checked with nvcc 13.0 / ptxas, and the guards
 # in the headers agree: a wrapper used on an arch without it is a compile error, not an empty body).
-MMA_SYNC = "mma.sync"            # mma.sync m16n8k16 f16/bf16 -> f32 (mma_sm80.h): sm_80+
+MMA_SYNC = "mma.sync"            # mma.sync m16n8k16 f16/bf16 -> f32, m16n8k32 s8/u8 -> s32 (mma_sm80.h): sm_80+
+MMA_SYNC_FP8 = "mma.sync.fp8"    # mma.sync m16n8k32 e4m3/e5m2 -> f32 (mma_sm80.h): sm_89+
 LDMATRIX = "ldmatrix"            # ldmatrix.x4/.x2 (mma_sm80.h): sm_75+, tilex: sm_80+
 CP_ASYNC = "cp.async"            # cp.async + commit/wait groups (copy_async.h): sm_80+
 TMA_LOAD = "tma_load"            # cp.async.bulk.tensor global->shared with mbarrier complete_tx (tma.h): sm_90+
@@ -52,17 +53,18 @@ WGMMA = "wgmma"                  # wgmma.mma_async + fence/commit/wait (wgmma_sm
 #                                  tcgen05 instead, which tilex does not implement)
 VECTOR_ATOMICS = "vector_atomics"  # float2/float4 atomicAdd, red.global.v*.f16x2/bf16x2 (atomic.h): sm_90+
 
-FEATURES = (MMA_SYNC, LDMATRIX, CP_ASYNC, TMA_LOAD, TMA_STORE, TMA_MULTICAST, MBARRIER_TX, CLUSTERS, SETMAXNREG,
-            WGMMA, VECTOR_ATOMICS)
+FEATURES = (MMA_SYNC, MMA_SYNC_FP8, LDMATRIX, CP_ASYNC, TMA_LOAD, TMA_STORE, TMA_MULTICAST, MBARRIER_TX, CLUSTERS,
+            SETMAXNREG, WGMMA, VECTOR_ATOMICS)
 
 _SM80 = frozenset({MMA_SYNC, LDMATRIX, CP_ASYNC})
-_SM90 = _SM80 | {TMA_LOAD, TMA_STORE, MBARRIER_TX, CLUSTERS, VECTOR_ATOMICS}
+_SM89 = _SM80 | {MMA_SYNC_FP8}
+_SM90 = _SM89 | {TMA_LOAD, TMA_STORE, MBARRIER_TX, CLUSTERS, VECTOR_ATOMICS}
 _DC_SPECIFIC = _SM90 | {SETMAXNREG, TMA_MULTICAST}  # sm_100/103/110 'a' and 'f' targets
 
 #: Features per arch tilex knows. ``a``: arch-specific target, ``f``: family-specific (CUDA 12.9+); sm_101 is
 #: called sm_110 since CUDA 13. An arch missing here gets its generation's row (:func:`arch_features`).
 ARCH_FEATURES = {
-    "sm_80": _SM80, "sm_86": _SM80, "sm_87": _SM80, "sm_89": _SM80,
+    "sm_80": _SM80, "sm_86": _SM80, "sm_87": _SM80, "sm_89": _SM89,
     "sm_90": _SM90,
     "sm_90a": _SM90 | {SETMAXNREG, TMA_MULTICAST, WGMMA},
     "sm_100": _SM90, "sm_100a": _DC_SPECIFIC, "sm_100f": _DC_SPECIFIC,
@@ -96,7 +98,7 @@ def arch_features(target) -> frozenset:
     if cc < 80:
         return frozenset()
     if cc < 90:
-        return _SM80
+        return _SM89 if cc >= 89 else _SM80
     return _SM90 | {SETMAXNREG} if specific else _SM90
 
 

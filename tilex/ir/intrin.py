@@ -25,6 +25,7 @@ CP_ASYNC_WAIT = "tilex::cp_async_wait"
 # ---- mma_sm80.h: ldmatrix + mma.sync ----------------------------------------------------------------------------
 LDMATRIX = "tilex::ldmatrix"
 MMA_M16N8K16 = "tilex::mma_m16n8k16"
+MMA_M16N8K32 = "tilex::mma_m16n8k32"
 # ---- wgmma_sm90.h -------------------------------------------------------------------------------------------------
 FENCE_PROXY_ASYNC = "tilex::fence_proxy_async"
 WGMMA_FENCE = "tilex::wgmma_fence"
@@ -153,6 +154,12 @@ def mma_m16n8k16(in_ty, c_ptr, a_ptr, b_ptr):
     return _stmt(f"{MMA_M16N8K16}_{in_ty}", c_ptr, a_ptr, b_ptr)
 
 
+def mma_m16n8k32(family, ta, tb, c_ptr, a_ptr, b_ptr):
+    """``mma.sync.m16n8k32`` on 8-bit inputs: `family` ``i8`` (s8/u8 -> s32) or ``f8`` (e4m3/e5m2 -> f32); `ta`,
+    `tb` pick each operand's type (0: s8 / e4m3, 1: u8 / e5m2)."""
+    return _stmt(f"{MMA_M16N8K32}_{family}<{int(ta)}, {int(tb)}>", c_ptr, a_ptr, b_ptr)
+
+
 # ---- wgmma_sm90.h -------------------------------------------------------------------------------------------------
 def fence_proxy_async():
     """Make this thread's generic-proxy shared-memory writes visible to the async proxy (wgmma, TMA)."""
@@ -185,6 +192,12 @@ def wgmma_ss(n, ty, a_mn_major, b_mn_major, acc_ptr, a_desc, b_desc, scale_d):
 def wgmma_rs(n, ty, b_mn_major, acc_ptr, a_ptr, b_desc, scale_d):
     """``wgmma.mma_async.m64n{n}k16`` with A in registers."""
     return _stmt(f"{WGMMA_M64}n{n}k16_rs_{ty}<{int(b_mn_major)}>", acc_ptr, a_ptr, b_desc, scale_d)
+
+
+def wgmma_ss_8bit(n, family, ta, tb, acc_ptr, a_desc, b_desc, scale_d):
+    """``wgmma.mma_async.m64n{n}k32`` on 8-bit K-major operands in shared memory: `family` ``f8`` (e4m3/e5m2 ->
+    f32) or ``i8`` (s8/u8 -> s32); `ta`, `tb` pick each operand's type (0: e4m3 / s8, 1: e5m2 / u8)."""
+    return _stmt(f"{WGMMA_M64}n{n}k32_{family}<{int(ta)}, {int(tb)}>", acc_ptr, a_desc, b_desc, scale_d)
 
 
 # ---- reduce.h -----------------------------------------------------------------------------------------------------
@@ -316,6 +329,8 @@ def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     if len(box) != len(dims) or not 1 <= len(dims) <= 5:
         raise ValueError(f"encode_tensor_map: a {len(box)}-d box for a {len(dims)}-d buffer {buffer.name}")
     bytes_per = tvm.DataType(str(buffer.dtype)).bits // 8
+    # TMA moves bytes: any 1-byte type (int8, float8, packed low-bit codes) is described as uint8
+    descriptor = "uint8" if bytes_per == 1 else str(buffer.dtype)
     strides, step = [], bytes_per
     for d in dims[:-1]:  # byte strides of dims 1 .. rank-1
         step *= d
@@ -323,7 +338,7 @@ def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     return [tirx.Bind(tmap, tirx_op.tvm_stack_alloca("tensormap", 1)),
             tirx.Evaluate(tirx_op.tensormap_encode_tiled(
                 tmap, buffer.data, *dims, *strides, *(int(b) for b in box), *([1] * len(dims)),
-                descriptor_dtype=str(buffer.dtype), rank=len(dims), swizzle=_SWIZZLE_ENUM[swizzle_bytes]))]
+                descriptor_dtype=descriptor, rank=len(dims), swizzle=_SWIZZLE_ENUM[swizzle_bytes]))]
 
 
 def bulk_commit():

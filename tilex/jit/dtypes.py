@@ -26,8 +26,9 @@ def _dtype_tables():
             if isinstance(td, torch.dtype):
                 t2t[name] = td
         t2t["uint1"] = torch.bool  # TVM spells bool as uint1 in some places
+        t2t["float8_e4m3"] = torch.float8_e4m3fn  # TileLang's spelling of e4m3 (CUDA's __nv_fp8_e4m3: no inf)
         _TVM2TORCH = t2t
-        _TORCH2TVM = {v: k for k, v in t2t.items() if k != "uint1"}
+        _TORCH2TVM = {v: k for k, v in t2t.items() if k not in ("uint1", "float8_e4m3")}
     return _TVM2TORCH, _TORCH2TVM
 
 

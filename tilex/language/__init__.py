@@ -14,22 +14,27 @@ from tilex.language.parser import prim_func
 from tilex.language.tileop import (GemmWarpPolicy, clear, copy, fill, gemm, reduce, reduce_abssum, reduce_absmax,
                                    reduce_max, reduce_min, reduce_sum)
 
-Tensor = Buffer  # TileLang spells parameter annotations T.Tensor
+from tilex.language.dtypes import canonical_dtype
+
+
+def Tensor(shape, dtype="float32", *args, **kwargs):  # noqa: N802 - TileLang's spelling
+    """A kernel parameter annotation (TVMScript's T.Buffer), TileLang dtype spellings accepted."""
+    return Buffer(shape, canonical_dtype(dtype), *args, **kwargs)
 
 
 def SharedBuffer(shape, dtype="float32"):  # noqa: N802 - TileLang's spelling
     """A `T.macro` parameter annotation for a shared-memory tile (as TileLang writes them)."""
-    return Buffer(shape, dtype, scope="shared.dyn")
+    return Buffer(shape, canonical_dtype(dtype), scope="shared.dyn")
 
 
 def FragmentBuffer(shape, dtype="float32"):  # noqa: N802
     """A `T.macro` parameter annotation for a register fragment."""
-    return Buffer(shape, dtype, scope="local.fragment")
+    return Buffer(shape, canonical_dtype(dtype), scope="local.fragment")
 
 
 def LocalBuffer(shape, dtype="float32"):  # noqa: N802
     """A `T.macro` parameter annotation for a per-thread local array."""
-    return Buffer(shape, dtype, scope="local")
+    return Buffer(shape, canonical_dtype(dtype), scope="local")
 
 
 def ceildiv(a, b, span=None):

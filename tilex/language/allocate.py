@@ -4,6 +4,7 @@ from __future__ import annotations
 from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
+from tilex.language.dtypes import canonical_dtype
 from tilex.language.options import positive_extents, unsupported
 
 FRAGMENT_SCOPE = "local.fragment"
@@ -15,21 +16,21 @@ def alloc_shared(shape, dtype="float16", scope="shared.dyn"):
     """A tile in (dynamic) shared memory, visible to the whole block."""
     if scope not in SHARED_SCOPES:
         unsupported("T.alloc_shared", "scope", scope, f"shared tiles live in one of {SHARED_SCOPES}")
-    return _ir.alloc_buffer(_shape("T.alloc_shared", shape), dtype, scope=scope)
+    return _ir.alloc_buffer(_shape("T.alloc_shared", shape), canonical_dtype(dtype), scope=scope)
 
 
 def alloc_fragment(shape, dtype="float32", scope=FRAGMENT_SCOPE):
     """A block-level register tile: its elements are spread over the threads by an inferred Fragment layout."""
     if scope != FRAGMENT_SCOPE:
         unsupported("T.alloc_fragment", "scope", scope, f"fragments live in '{FRAGMENT_SCOPE}'")
-    return _ir.alloc_buffer(_shape("T.alloc_fragment", shape), dtype, scope=scope)
+    return _ir.alloc_buffer(_shape("T.alloc_fragment", shape), canonical_dtype(dtype), scope=scope)
 
 
 def alloc_local(shape, dtype="float32", scope="local"):
     """Per-thread registers: every thread has its own copy of the whole buffer."""
     if scope != "local":
         unsupported("T.alloc_local", "scope", scope, "per-thread buffers live in 'local'")
-    return _ir.alloc_buffer(_shape("T.alloc_local", shape), dtype, scope=scope)
+    return _ir.alloc_buffer(_shape("T.alloc_local", shape), canonical_dtype(dtype), scope=scope)
 
 
 def alloc_var(dtype="float32", *args, scope="local.var", init=None):

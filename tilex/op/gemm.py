@@ -3,8 +3,9 @@
 
 sm90 (sm_90a) path: warpgroup MMA, see gemm_wgmma.py. sm80+ path (every target without wgmma, Blackwell
 included: `tilex.ir.hardware.ARCH_FEATURES`): each warp owns a (wm, wn) sub-tile of C; per
-16-wide k step it loads A and B with ``ldmatrix`` from swizzled shared memory (an A fragment is used in place) and
-issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate). Layout inference pins the swizzled shared layouts of
+k step it loads A and B with ``ldmatrix`` from swizzled shared memory (an A fragment is used in place) and
+issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate) or ``mma.sync.m16n8k32`` (8-bit in: int8/uint8 ->
+int32, float8 -> fp32; `tilex.op.mma_types`). Layout inference pins the swizzled shared layouts of
 the shared operands, the instruction's A register layout of an A fragment and the accumulator fragment of C at
 the strict level; copies and T.Parallel loops that fill an A fragment then follow its layout.
 """
@@ -16,9 +17,10 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.hardware import LDMATRIX, MMA_SYNC, supports, unsupported_message
+from tilex.ir.hardware import LDMATRIX, MMA_SYNC, MMA_SYNC_FP8, supports, unsupported_message
 from tilex.layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
 from tilex.op import gemm_wgmma
+from tilex.op.mma_types import SUPPORTED, mma_types
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
 from tilex.op.partition import analyzer_scope, static_shape
 from tilex.op.region import READ, READ_WRITE, Region, to_region
@@ -63,9 +65,6 @@ def partition_warps(m, n, num_warps, policy=GemmWarpPolicy.Square):
         return max(options, key=lambda o: o[1])
     # Square: most balanced warp tile, ties to more warps along M
     return min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[0]))
-
-
-_IN_DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 
 
 @register_tile_op("tilex.gemm")
@@ -116,14 +115,31 @@ class GemmOp(TileOp):
         elif not is_shared(a):
             raise TileOpError(f"T.gemm: A ('{a.name}') in scope '{a.scope()}' is not supported; put it in shared "
                               f"memory (T.alloc_shared) or a register fragment (T.alloc_fragment)")
-        if str(a.dtype) != str(b.dtype) or str(a.dtype) not in _IN_DTYPES or str(c.dtype) != "float32":
-            raise TileOpError(f"T.gemm: unsupported dtypes A={a.dtype}, B={b.dtype}, C={c.dtype}; "
-                              f"supported: float16/bfloat16 inputs with a float32 accumulator")
-        if self.K % 16:
-            raise TileOpError(f"T.gemm: K tile {self.K} must be a multiple of 16")
+        ty = self.types()
+        if ty.eight_bit:
+            if self.trans_a or not self.trans_b:
+                raise TileOpError(
+                    f"{self.describe()}: 8-bit operands ({a.dtype} x {b.dtype}) must be K-major: store A as "
+                    f"(M, K) = ({self.M}, {self.K}) and B as (N, K) = ({self.N}, {self.K}) with transpose_B=True "
+                    f"(the tensor cores cannot transpose 8-bit operands); got transpose_A={self.trans_a}, "
+                    f"transpose_B={self.trans_b}")
+            if is_fragment(a):
+                raise TileOpError(f"{self.describe()}: an 8-bit A must be in shared memory (T.alloc_shared), "
+                                  f"not a register fragment")
+        if self.K % ty.k_step:
+            raise TileOpError(f"T.gemm: K tile {self.K} must be a multiple of {ty.k_step} for {a.dtype} inputs")
         if threads % 32:
             raise TileOpError(f"T.gemm needs whole warps, the kernel has {threads} threads")
         return partition_warps(self.M, self.N, threads // 32, self.policy)
+
+    def types(self):
+        """The instruction family of the operand/accumulator dtypes (`tilex.op.mma_types`); TileOpError if none."""
+        a, b, c = self.A.buffer, self.B.buffer, self.C.buffer
+        ty = mma_types(a.dtype, b.dtype, c.dtype)
+        if ty is None:
+            raise TileOpError(f"T.gemm: unsupported dtypes A={a.dtype}, B={b.dtype}, C={c.dtype}; "
+                              f"supported: {SUPPORTED}")
+        return ty
 
     def infer_layout(self, ctx, level):
         if level != InferLevel.STRICT:
@@ -166,7 +182,8 @@ class GemmOp(TileOp):
     def _require_mma_sync(self, target):
         """The path without wgmma needs mma.sync and ldmatrix (sm_80+; also sm_90 without 'a' and Blackwell, whose
         native tcgen05 MMA tilex does not emit)."""
-        for feature in (MMA_SYNC, LDMATRIX):
+        features = (MMA_SYNC, LDMATRIX) + ((MMA_SYNC_FP8,) if self.types().family == "f8" else ())
+        for feature in features:
             if not supports(target, feature):
                 raise TileOpError(unsupported_message(target, feature, self.describe()))
 
@@ -176,22 +193,25 @@ class GemmOp(TileOp):
         z = tirx.Var("z", "int32")
         frag = ctx.layout_map[self.C.buffer]
         return [tirx.For(z, 0, frag.local_size, tirx.ForKind.UNROLLED,
-                         tirx.BufferStore(ctx.remap[self.C.buffer], tirx.const(0, "float32"), [z]))]
+                         tirx.BufferStore(ctx.remap[self.C.buffer], tirx.const(0, str(self.C.buffer.dtype)), [z]))]
 
     def _lower_mma(self, ctx, wm_n, wn_n):
-        """sm80 path: ldmatrix from swizzled shared memory + mma.sync.m16n8k16 per warp (an A fragment already
-        holds the instruction's registers: make_mma_a_fragment)."""
+        """sm80 path: ldmatrix from swizzled shared memory + mma.sync per warp (an A fragment already holds the
+        instruction's registers: make_mma_a_fragment). In bytes, one k step of 8-bit operands (k32) is laid out
+        like one of 16-bit operands (k16): the same ldmatrix addresses, `vec` elements per 16-byte row."""
         wm, wn = self.M // wm_n, self.N // wn_n
         mi_n, ni_n = wm // 16, wn // 8
-        in_ty = _IN_DTYPES[str(self.A.buffer.dtype)]
+        ty = self.types()
+        vec = 128 // tvm.DataType(str(self.A.buffer.dtype)).bits  # elements of one ldmatrix row (16 bytes)
+        kstep = ty.k_step
         t = ctx.thread_var
         lane = tirx.floormod(t, 32)
         warp = tirx.floordiv(t, 32)
         wi = tirx.floordiv(warp, wn_n)
         wj = tirx.floormod(warp, wn_n)
         a_in_regs = is_fragment(self.A.buffer)
-        a_frag = tirx.decl_buffer((mi_n * 8,), self.A.buffer.dtype, "A_frag", scope="local")
-        b_frag = tirx.decl_buffer((ni_n * 4,), self.B.buffer.dtype, "B_frag", scope="local")
+        a_frag = tirx.decl_buffer((mi_n * 2 * vec,), self.A.buffer.dtype, "A_frag", scope="local")
+        b_frag = tirx.decl_buffer((ni_n * vec,), self.B.buffer.dtype, "B_frag", scope="local")
         c_loc = ctx.remap[self.C.buffer]
         ki, mi, ni, nj = (tirx.Var(n, "int32") for n in ("ki", "mi", "ni", "nj"))
         grp = tirx.floordiv(lane, 8)
@@ -201,7 +221,7 @@ class GemmOp(TileOp):
             buf, idx = ctx.physical_index(region.buffer, region.index([row, col]))
             with analyzer_scope(ctx.analyzer, {t: tvm.ir.Range(0, ctx.threads)}):
                 off = ctx.analyzer.simplify(idx[0])
-            return buf.access_ptr("r", offset=off, extent=8)
+            return buf.access_ptr("r", offset=off, extent=vec)
 
         def frag_ptr(buf, off):
             return buf.access_ptr("w", offset=off, extent=1)
@@ -211,8 +231,8 @@ class GemmOp(TileOp):
         if a_in_regs:
             load_a = None
         elif not self.trans_a:
-            a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16), ki * 16 + tirx.floordiv(lane, 16) * 8)
-            load_a = intrin.ldmatrix(4, False, frag_ptr(a_frag, mi * 8), a_ptr)
+            a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16), ki * kstep + tirx.floordiv(lane, 16) * vec)
+            load_a = intrin.ldmatrix(4, False, frag_ptr(a_frag, mi * 2 * vec), a_ptr)
         else:
             a_ptr = smem_ptr(self.A, ki * 16 + r8 + tirx.floordiv(grp, 2) * 8, m_base + tirx.floormod(grp, 2) * 8)
             load_a = intrin.ldmatrix(4, True, frag_ptr(a_frag, mi * 8), a_ptr)
@@ -225,22 +245,26 @@ class GemmOp(TileOp):
             if not self.trans_b:
                 ptr = smem_ptr(self.B, ki * 16 + r8 + tirx.floormod(g, 2) * 8, n_base + tirx.floordiv(g, 2) * 8)
             else:
-                ptr = smem_ptr(self.B, n_base + r8 + tirx.floordiv(g, 2) * 8, ki * 16 + tirx.floormod(g, 2) * 8)
+                ptr = smem_ptr(self.B, n_base + r8 + tirx.floordiv(g, 2) * 8, ki * kstep + tirx.floormod(g, 2) * vec)
             return intrin.ldmatrix(4 if x4 else 2, not self.trans_b, dst, ptr)
 
         stmts = [] if load_a is None else [load_a]
         if ni_n // 2:
             stmts.append(tirx.For(nj, 0, ni_n // 2, tirx.ForKind.UNROLLED,
-                                  load_b(wj * wn + nj * 16, True, frag_ptr(b_frag, nj * 8))))
+                                  load_b(wj * wn + nj * 16, True, frag_ptr(b_frag, nj * 2 * vec))))
         if ni_n % 2:
-            stmts.append(load_b(wj * wn + (ni_n - 1) * 8, False, frag_ptr(b_frag, (ni_n - 1) * 4)))
+            stmts.append(load_b(wj * wn + (ni_n - 1) * 8, False, frag_ptr(b_frag, (ni_n - 1) * vec)))
         if a_in_regs:  # registers of m16 tile mi, k-step ki in the fragment's local order
             a_regs = ctx.remap[self.A.buffer].access_ptr("r", offset=(mi * (self.K // 16) + ki) * 8, extent=8)
         else:
-            a_regs = a_frag.access_ptr("r", offset=mi * 8, extent=8)
-        mma = intrin.mma_m16n8k16(in_ty, c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4),
-                                  a_regs, b_frag.access_ptr("r", offset=ni * 4, extent=4))
+            a_regs = a_frag.access_ptr("r", offset=mi * 2 * vec, extent=2 * vec)
+        c_ptr = c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4)
+        b_regs = b_frag.access_ptr("r", offset=ni * vec, extent=vec)
+        if ty.eight_bit:
+            mma = intrin.mma_m16n8k32(ty.family, ty.ta, ty.tb, c_ptr, a_regs, b_regs)
+        else:
+            mma = intrin.mma_m16n8k16(ty.family, c_ptr, a_regs, b_regs)
         stmts.append(tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, tirx.For(ni, 0, ni_n, tirx.ForKind.UNROLLED, mma)))
-        body = tirx.For(ki, 0, self.K // 16, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
+        body = tirx.For(ki, 0, self.K // kstep, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
         allocs = ([] if a_in_regs else [tirx.AllocBuffer(a_frag)]) + [tirx.AllocBuffer(b_frag)]
         return tirx.SeqStmt(allocs + self._clear(ctx) + [body])

@@ -2,8 +2,8 @@
 or from a register fragment (the "rs" form).
 
 Selected by `GemmOp` on targets with wgmma (sm_90a only) when the block is whole warpgroups and the tiles fit
-(see `plan`). Each warpgroup owns a (wm, wn) slab of C; per 16-wide k step it issues one ``m64nNk16`` per 64 rows
-(N <= 256 per instruction). Shared operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
+(see `plan`). Each warpgroup owns a (wm, wn) slab of C; per k step it issues one ``m64nNk16`` (16-bit inputs) or
+``m64nNk32`` (8-bit inputs, K-major only: `tilex.op.mma_types`) per 64 rows (N <= 256 per instruction). Shared operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
 (transposed in the instruction) as the program stores them; an A fragment gets the wgmma A register layout
 (`make_wgmma_a_fragment`, replicated over the warpgroups that split N).
 """
@@ -23,8 +23,11 @@ from tilex.ir.visit import storage_sync
 from tilex.layout import (make_wgmma_a_fragment, make_wgmma_accumulator_fragment, make_wgmma_operand_layout,
                           wgmma_swizzle_bytes)
 from tilex.op.base import is_fragment, is_shared
+from tilex.op.mma_types import mma_types
 
-_TY = {"float16": "f16", "bfloat16": "bf16"}
+#: N of one integer wgmma (PTX ISA: multiples of 8 up to 32, then of 16 up to 256); other families take every
+#: multiple of 8 up to 256
+_I8_N = frozenset([8, 16, 24, 32] + list(range(48, 257, 16)))
 
 
 @dataclass
@@ -43,7 +46,10 @@ def plan(op, threads, target):
     if not supports(target, WGMMA) or config.get("disable_wgmma", False):
         return None
     a_ok = is_shared(op.A.buffer) or (is_fragment(op.A.buffer) and not op.trans_a)
-    if threads % 128 or str(op.A.buffer.dtype) not in _TY or not (a_ok and is_shared(op.B.buffer)):
+    ty = mma_types(op.A.buffer.dtype, op.B.buffer.dtype, op.C.buffer.dtype)
+    if threads % 128 or ty is None or not (a_ok and is_shared(op.B.buffer)):
+        return None
+    if ty.eight_bit and (op.trans_a or not op.trans_b or is_fragment(op.A.buffer)):
         return None
     for r in (op.A, op.B):  # operands must be whole 2-d (trailing) tiles of their buffers
         if [int(s) for s in r.buffer.shape[-2:]] != [int(e) for e in r.extents[-2:]]:
@@ -56,12 +62,12 @@ def plan(op, threads, target):
         wg_n = groups // wg_m
         if op.M % (64 * wg_m) == 0 and op.N % (8 * wg_n) == 0:
             options.append((wg_m, wg_n))
-    if not options or op.K % 16:
+    if not options or op.K % ty.k_step:
         return None
     wg_m, wg_n = options[0]
     wm, wn = op.M // wg_m, op.N // wg_n
     n_inst = wn
-    while n_inst > 256 or wn % n_inst:
+    while n_inst > 0 and (n_inst > 256 or wn % n_inst or (ty.family == "i8" and n_inst not in _I8_N)):
         n_inst -= 8
     if not _operand_ok(op) or n_inst <= 0:
         return None
@@ -117,6 +123,8 @@ def lower(op, ctx, p: WgmmaPlan):
     row0 = tirx.floordiv(g, p.wg_n) * p.wm
     col0 = tirx.floormod(g, p.wg_n) * p.wn
     bits = tvm.DataType(str(op.A.buffer.dtype)).bits
+    ty = mma_types(op.A.buffer.dtype, op.B.buffer.dtype, op.C.buffer.dtype)
+    kstep = ty.k_step
     (a_reg, a_rows, a_cols, a_kmaj), (b_reg, b_rows, b_cols, b_kmaj) = _operand_dims(op)
     a_in_regs = is_fragment(op.A.buffer)
     sb = wgmma_swizzle_bytes(b_rows, b_cols, bits)
@@ -134,22 +142,24 @@ def lower(op, ctx, p: WgmmaPlan):
 
     m_at = row0 + mb * 64
     n_at = col0 + nb * p.n_inst
-    b_coord = [ki * 16, n_at] if not b_kmaj else [n_at, ki * 16]
+    b_coord = [ki * kstep, n_at] if not b_kmaj else [n_at, ki * kstep]
     db = desc(op.B, sb, b_kmaj, b_rows, b_coord)
-    ty = _TY[str(op.A.buffer.dtype)]
     acc = c_loc.access_ptr("rw", offset=mb * (p.wn // 2) + nb * (p.n_inst // 2), extent=p.n_inst // 2)
     if a_in_regs:
         # this thread's 8 A elements of (64-row block mb, k-step ki): see make_wgmma_a_fragment
         a_ptr = ctx.remap[op.A.buffer].access_ptr("r", offset=(mb * (op.K // 16) + ki) * 8, extent=8)
-        inst = intrin.wgmma_rs(p.n_inst, ty, not b_kmaj, acc, a_ptr, db, 1)
+        inst = intrin.wgmma_rs(p.n_inst, ty.family, not b_kmaj, acc, a_ptr, db, 1)
     else:
         sa = wgmma_swizzle_bytes(a_rows, a_cols, bits)
-        a_coord = [m_at, ki * 16] if a_kmaj else [ki * 16, m_at]
+        a_coord = [m_at, ki * kstep] if a_kmaj else [ki * kstep, m_at]
         da = desc(op.A, sa, a_kmaj, a_rows, a_coord)
-        inst = intrin.wgmma_ss(p.n_inst, ty, not a_kmaj, not b_kmaj, acc, da, db, 1)
+        if ty.eight_bit:  # K-major only (plan): no transpose immediates
+            inst = intrin.wgmma_ss_8bit(p.n_inst, ty.family, ty.ta, ty.tb, acc, da, db, 1)
+        else:
+            inst = intrin.wgmma_ss(p.n_inst, ty.family, not a_kmaj, not b_kmaj, acc, da, db, 1)
     body = tirx.For(nb, 0, p.wn // p.n_inst, tirx.ForKind.UNROLLED, inst)
     body = tirx.For(mb, 0, p.wm // 64, tirx.ForKind.UNROLLED, body)
-    body = tirx.For(ki, 0, op.K // 16, tirx.ForKind.UNROLLED, body)
+    body = tirx.For(ki, 0, op.K // kstep, tirx.ForKind.UNROLLED, body)
     sync = storage_sync("shared")
     if ctx.async_mma in (ASYNC_MMA_WS_SYNC, ASYNC_MMA_WS_DEFER):
         # operands ordered by the stage's mbarrier or by the barrier before the loop: no barrier here, so the
