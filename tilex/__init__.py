@@ -14,6 +14,7 @@
 __version__ = "0.1.0"
 
 from . import env  # noqa: E402
+from . import dtypes  # noqa: E402  (torch-free; the torch-side helpers are tilex.quant)
 from . import jit  # noqa: E402  (the package; calling it is the @tilex.jit decorator)
 from .jit import JITKernel, TilexCompileError, TilexPerformanceWarning, compile  # noqa: E402,A004
 from .autotuner import autotune, AutoTuner  # noqa: E402
@@ -21,4 +22,4 @@ from .ir.source import TileScriptError  # noqa: E402
 from .op.base import LayoutConflictError, TileOpError  # noqa: E402
 
 __all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "TilexPerformanceWarning", "env",
-           "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError"]
+           "dtypes", "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError"]
