@@ -1,6 +1,7 @@
 """The package's import graph keeps its layers (read from the sources with `ast`, nothing is imported).
 
     ops -> kernels -> autotuner -> jit -> engine -> {language, transform} -> op -> layout -> ir -> {config, env}
+    quant -> {ir, dtypes}   (the low-bit types sit beside config and env; their torch helpers beside layout)
 
 A module imports only from its own package or from layers below it (language and transform, peers, not from
 each other), the graph of imports has no cycle, no name starting with ``_`` is imported from another module,
@@ -15,8 +16,9 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tilex"
 
 LAYERS = {  # package -> rank (higher may import lower)
-    "config": 0, "env": 0,
+    "config": 0, "env": 0, "dtypes": 0,
     "ir": 1,
+    "quant": 2,
     "layout": 2,
     "op": 3,
     "language": 4, "transform": 4,
