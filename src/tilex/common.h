@@ -13,3 +13,5 @@
 #include "tilex/debug.h"
 #include "tilex/tma.h"
 #include "tilex/stream_k.h"
+#include "tilex/lowbit.h"
+#include "tilex/dequant.h"

@@ -33,6 +33,10 @@ WGMMA_COMMIT = "tilex::wgmma_commit"
 WGMMA_WAIT = "tilex::wgmma_wait"
 WGMMA_DESC = "tilex::wgmma_desc"
 WGMMA_M64 = "tilex::wgmma_m64"
+# ---- dequant.h ----------------------------------------------------------------------------------------------------
+SCALE_PAIR = "tilex::scale_pair"
+SCALE_ZERO_PAIR = "tilex::scale_zero_pair"
+ZERO_PAIR = "tilex::zero_pair"
 # ---- reduce.h -----------------------------------------------------------------------------------------------------
 SHFL_XOR = "tilex::shfl_xor"
 # ---- fast_math.h --------------------------------------------------------------------------------------------------
@@ -73,6 +77,10 @@ MIN_BLOCKS_PER_SM = "tilex::min_blocks_per_sm"  # launch marker
 CLUSTER_DIMS = "tilex::cluster_dims"  # launch marker
 # ---- stream_k.h ---------------------------------------------------------------------------------------------------
 STREAMK_FIXUP = "tilex::streamk_fixup"
+# ---- lowbit.h -----------------------------------------------------------------------------------------------------
+DECODE_CHUNK_F16 = "tilex::decode_chunk_f16"
+DECODE_CHUNK_BF16 = "tilex::decode_chunk_bf16"
+DECODE_ONE_F32 = "tilex::decode_one_f32"
 
 #: Device functions that write global memory (a stream-K contributor must not run them).
 GLOBAL_WRITE_PREFIXES = (TMA_STORE_2D, ATOMIC_PREFIX, RED_PREFIX)
@@ -198,6 +206,20 @@ def wgmma_ss_8bit(n, family, ta, tb, acc_ptr, a_desc, b_desc, scale_d):
     """``wgmma.mma_async.m64n{n}k32`` on 8-bit K-major operands in shared memory: `family` ``f8`` (e4m3/e5m2 ->
     f32) or ``i8`` (s8/u8 -> s32); `ta`, `tb` pick each operand's type (0: e4m3 / s8, 1: e5m2 / u8)."""
     return _stmt(f"{WGMMA_M64}n{n}k32_{family}<{int(ta)}, {int(tb)}>", acc_ptr, a_desc, b_desc, scale_d)
+
+
+# ---- dequant.h ----------------------------------------------------------------------------------------------------
+_PAIR_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
+
+
+def scale_pair(dtype, ptr, scale=None, zero=None):
+    """Two 16-bit floats of `dtype` at `ptr` become ``(x - zero) * scale`` (either may be None)."""
+    suffix = _PAIR_SUFFIX[dtype]
+    if scale is not None and zero is not None:
+        return _stmt(f"{SCALE_ZERO_PAIR}_{suffix}", ptr, scale, zero)
+    if scale is not None:
+        return _stmt(f"{SCALE_PAIR}_{suffix}", ptr, scale)
+    return _stmt(f"{ZERO_PAIR}_{suffix}", ptr, zero)
 
 
 # ---- reduce.h -----------------------------------------------------------------------------------------------------
@@ -408,3 +430,46 @@ def read_launch_marker(where, marker: str) -> int | None:
 def streamk_fixup(words, threads, grid, *args):
     """The stream-K partial exchange of one tile (an int32 expression; see src/tilex/stream_k.h)."""
     return tirx.call_extern("int32", _templated(STREAMK_FIXUP, words, threads, grid), *args)
+
+
+# ---- lowbit.h -----------------------------------------------------------------------------------------------------
+#: the Kind template argument of the lowbit.h decoders
+LOWBIT_KINDS = {"uint": 0, "int": 1, "float": 2}
+_DECODE_CHUNK = {"float16": DECODE_CHUNK_F16, "bfloat16": DECODE_CHUNK_BF16}
+
+
+def _lowbit_targs(kind, bits, exponent, mantissa):
+    """<Kind, Bits, Exp, Man> of a low-bit type (Exp = Man = 0 for integers); ValueError for a type lowbit.h lacks."""
+    k = LOWBIT_KINDS.get(kind, kind) if isinstance(kind, str) else kind
+    if k not in (0, 1, 2):
+        raise ValueError(f"lowbit: kind must be one of {sorted(LOWBIT_KINDS)} (or 0, 1, 2), got {kind!r}")
+    bits = int(bits)
+    if k == 2:
+        exponent, mantissa = int(exponent), int(mantissa)
+        if exponent < 1 or mantissa < 0 or bits != 1 + exponent + mantissa or not 3 <= bits <= 8:
+            raise ValueError(f"lowbit: no {bits}-bit float e{exponent}m{mantissa} (1 + E + M bits, 3..8 in all)")
+        return k, bits, exponent, mantissa
+    if not 1 <= bits <= 8:
+        raise ValueError(f"lowbit: integers have 1..8 bits, got {bits}")
+    return k, bits, 0, 0
+
+
+def decode_chunk(out_dtype, kind, bits, exponent, mantissa, chunk_ptr, out_ptr):
+    """Decode one packed chunk: the 32 `bits`-bit codes in the `bits` uint32 words at `chunk_ptr` (the layout of
+    :mod:`tilex.ir.lowbit_chunk`) into 16 uint32 registers at `out_ptr`, register j = (code 2j, code 2j+1) as a
+    `out_dtype` pair ("float16" or "bfloat16"). `kind` is "uint", "int" or "float" (or 0, 1, 2); `exponent` and
+    `mantissa` are the float's field widths (ignored for integers)."""
+    name = _DECODE_CHUNK.get(str(out_dtype))
+    if name is None:
+        raise ValueError(f"decode_chunk: decodes to float16 or bfloat16, not {out_dtype}")
+    targs = _lowbit_targs(kind, bits, exponent, mantissa)
+    if name == DECODE_CHUNK_F16 and targs[0] == 2 and targs[2] > 5:
+        raise ValueError(f"decode_chunk: float16 cannot hold e{targs[2]}m{targs[3]} (more than 5 exponent bits)")
+    return _stmt(_templated(name, *targs), chunk_ptr, out_ptr)
+
+
+def decode_one(kind, bits, exponent, mantissa, code_expr):
+    """One low-bit code (its low `bits` bits) as a float32 expression, by lowbit.h's plain reference decoder (the
+    oracle of the chunk decoders' tests)."""
+    return tirx.call_extern("float32", _templated(DECODE_ONE_F32, *_lowbit_targs(kind, bits, exponent, mantissa)),
+                            code_expr)

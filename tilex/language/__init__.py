@@ -11,8 +11,15 @@ from tilex.language.kernel import Kernel
 from tilex.language.rasterize import use_swizzle
 from tilex.language.loop import Parallel, Pipelined
 from tilex.language.parser import prim_func
-from tilex.language.tileop import (GemmWarpPolicy, clear, copy, fill, gemm, reduce, reduce_abssum, reduce_absmax,
-                                   reduce_max, reduce_min, reduce_sum)
+from tilex.language.tileop import (GemmWarpPolicy, clear, copy, dequantize, fill, gemm, reduce, reduce_abssum,
+                                   reduce_absmax, reduce_max, reduce_min, reduce_sum)
+from tilex import dtypes as _lowbit
+
+# the low-bit types of tilex.dtypes as T.int3, T.uint4, T.float6_e3m2, ...; names TVMScript already has (T.int8,
+# T.uint8, T.float8_e4m3, ...) stay TVMScript's dtypes, and T.dequantize accepts those too
+for _t in _lowbit.ALL_TYPES:
+    globals().setdefault(_t.name, _t)
+del _t
 
 from tilex.language.dtypes import canonical_dtype
 

@@ -8,9 +8,11 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from tilex import dtypes as lowbit
 from tilex.ir.visit import BufferLoadNode
 from tilex.language.options import as_bool, as_int, constant, no_annotations, unsupported
 from tilex.op.copy import copy_call
+from tilex.op.dequantize import dequantize_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import GemmWarpPolicy, gemm_call
 from tilex.op.reduce import KINDS, reduce_call
@@ -91,6 +93,24 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
         unsupported(api, "mbar", mbar, "mbar is for Blackwell tcgen05 MMAs")
     no_annotations(api, annotations)
     return gemm_call(A, B, C, transpose_A, transpose_B, policy, clear_accum)
+
+
+def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0):
+    """Decode packed low-bit codes into the float16/bfloat16 fragment `out`:
+    ``out[i, j] = (value(code[i, j]) - zero) * scale``, with per-group scale and zero.
+
+    `dtype` is a low-bit type (``T.uint4``, ``T.int3``, ``T.float6_e3m2``, ``tilex.dtypes.float_type(...)`` or its
+    name); `packed` holds 32-bit words in the order `tilex.op.dequantize.packed_order` gives for `out`'s layout
+    (which a consumer such as T.gemm chooses); `scale` / `zero` are (groups of the tile, rows of out) tiles:
+    ``scale[j // group_size, i]`` (the layout of (K // g, N) scale tensors).
+    """
+    api = "T.dequantize"
+    try:
+        lowbit.lookup(str(dtype))
+    except ValueError as e:
+        raise ValueError(f"{api}: {e}") from None
+    group_size = as_int(api, "group_size", group_size, minimum=0)
+    return dequantize_call(packed, out, dtype, scale, zero, group_size)
 
 
 def fill(buffer, value, annotations=None):

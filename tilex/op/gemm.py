@@ -67,6 +67,22 @@ def partition_warps(m, n, num_warps, policy=GemmWarpPolicy.Square):
     return min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[0]))
 
 
+def a_fragment_layout(m, n, k, threads, target, policy=GemmWarpPolicy.Square, dtype="float16",
+                      transpose_B=True):
+    """The Fragment T.gemm gives an (m, k) A operand held in registers, for an (m, n) C tile computed by `threads`
+    threads on `target` (B of shape (n, k) with `transpose_B`, else (k, n), in shared memory): what a program that
+    fills such a fragment itself (T.dequantize's packed weights) must lay its data out for."""
+    a = tirx.decl_buffer((m, k), dtype, "A", scope="local.fragment")
+    b = tirx.decl_buffer((n, k) if transpose_B else (k, n), dtype, "B", scope="shared.dyn")
+    c = tirx.decl_buffer((m, n), "float32", "C", scope="local.fragment")
+    op = GemmOp(to_region(a), to_region(b), to_region(c), False, transpose_B, policy)
+    wm, wn = op._check(threads)
+    wg = gemm_wgmma.plan(op, threads, target)
+    if wg is not None:
+        return gemm_wgmma.a_fragment_layout(op, wg)
+    return make_mma_a_fragment(m, k, wm, wn)
+
+
 @register_tile_op("tilex.gemm")
 class GemmOp(TileOp):
     def __init__(self, A: Region, B: Region, C: Region, trans_a=False, trans_b=False, policy=0, clear_accum=False):

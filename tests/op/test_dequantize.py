@@ -1,0 +1,130 @@
+"""T.dequantize without a GPU: the packed order it reads agrees with the host pre-packing, every low-bit type
+compiles for sm_90a and sm_80 (float16 and bfloat16, with scales and zero-points), and misuse is refused."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilex  # noqa: E402
+import tilex.language as T  # noqa: E402
+from tilex import dtypes  # noqa: E402
+from tilex.kernels.quant_matmul import QuantTiles, prepack_weight, quant_matmul, weight_fragment  # noqa: E402
+from tilex.op.dequantize import packed_order, word_vector, words_per_thread  # noqa: E402
+from tilex.quant.chunks import unpack_chunks  # noqa: E402
+
+TILES = [("sm_90a", QuantTiles()), ("sm_80", QuantTiles()), ("sm_90a", QuantTiles(bn=128, bm=128, bk=64,
+                                                                                 threads=256, num_stages=3))]
+
+
+def _read_back(wp, frag, bits):
+    """The codes each tile's threads decode, put back at their (row, col): T.dequantize's reading order replayed
+    on the host (owner t reads vector v at words (v * owners + t) * vec)."""
+    n_t, k_t, words = wp.shape
+    owners = frag.thread_extent // int(frag.replicate)
+    wpt = words_per_thread(frag, bits)
+    vec = word_vector(wpt)
+    per_thread = wp.reshape(n_t, k_t, wpt // vec, owners, vec).transpose(2, 3).reshape(n_t, k_t, owners, -1, bits)
+    codes = unpack_chunks(per_thread, bits).reshape(n_t, k_t, owners, -1)  # (.., thread, local)
+    rows, cols = (int(s) for s in frag.input_shape)
+    i, j = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    t, (loc,) = frag.map_numpy(i.reshape(-1), j.reshape(-1))
+    tile = codes[:, :, torch.as_tensor(t), torch.as_tensor(loc)]  # (.., rows * cols)
+    return tile.reshape(n_t, k_t, rows, cols).permute(0, 2, 1, 3).reshape(n_t * rows, k_t * cols)
+
+
+@pytest.mark.parametrize("target,tiles", TILES, ids=lambda x: str(x))
+@pytest.mark.parametrize("bits", range(1, 9))
+def test_prepack_is_the_order_dequantize_reads(target, tiles, bits):
+    N, K = 2 * tiles.bn, 2 * tiles.bk
+    codes = torch.randint(0, 2 ** bits, (N, K), dtype=torch.uint8)
+    wt = dtypes.int_type(bits, signed=False)
+    wp = prepack_weight(codes, wt, tiles, target)
+    frag = weight_fragment(tiles, target)
+    assert wp.shape == (2, 2, tiles.bn * tiles.bk * bits // 32)
+    assert torch.equal(_read_back(wp, frag, bits), codes)
+
+
+def test_packed_order_covers_the_tile_once():
+    frag = weight_fragment(QuantTiles(), "sm_90a")
+    order = packed_order(frag)
+    assert sorted(order.reshape(-1).tolist()) == list(range(128 * 128))
+
+
+@pytest.mark.parametrize("wt", ["uint4", "int4", "int3", "uint8", "int1", "float4_e2m1", "float6_e3m2",
+                                "float8_e4m3", "float8_e5m2", "float3_e1m1", "float7_e2m4"])
+@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
+def test_quant_matmul_compiles(wt, target):
+    k = tilex.compile(quant_matmul(16, 256, 512, wt, 128, QuantTiles(num_stages=3)), out_idx=-1, target=target)
+    src = k.get_kernel_source()
+    assert "decode_chunk_f16" in src and "scale_pair_f16" in src
+
+
+@pytest.mark.parametrize("act,g", [("bfloat16", 64), ("float16", 32)])
+def test_quant_matmul_zero_points_compile(act, g):
+    k = tilex.compile(quant_matmul(5, 256, 512, "uint4", g, QuantTiles(num_stages=3), act=act, zero_point=True),
+                      out_idx=-1, target="sm_90a")
+    suffix = "bf16" if act == "bfloat16" else "f16"
+    assert f"decode_chunk_{suffix}" in k.get_kernel_source()
+    assert f"scale_zero_pair_{suffix}" in k.get_kernel_source()
+
+
+def test_quant_matmul_prefill_tiles_use_wgmma():
+    k = tilex.compile(quant_matmul(512, 256, 512, "int4", 128, QuantTiles(bn=128, bm=128, bk=64, threads=256,
+                                                                          num_stages=3)), out_idx=-1,
+                      target="sm_90a")
+    assert "wgmma_m64n128k16_rs_f16" in k.get_kernel_source()
+
+
+def _program(out_scope="fragment", out_dtype="float16"):
+    @T.prim_func
+    def main(P: T.Tensor((512,), "int32"), Y: T.Tensor((128, 128), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            P_s = T.alloc_shared((512,), "int32")
+            W = T.alloc_fragment((128, 128), out_dtype) if out_scope == "fragment" else \
+                T.alloc_shared((128, 128), out_dtype)
+            X = T.alloc_shared((16, 128), out_dtype)
+            C = T.alloc_fragment((128, 16), "float32")
+            T.copy(P, P_s)
+            T.dequantize(P_s, W, T.uint4)
+            T.gemm(W, X, C, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(C, Y[0:128, 0:16])
+
+    return main
+
+
+def test_dequantize_into_shared_is_refused():
+    with pytest.raises(tilex.TileOpError, match="must be a register fragment"):
+        tilex.compile(_program(out_scope="shared"), target="sm_90a")
+
+
+def test_dequantize_wide_exponent_into_float16_is_refused():
+    @T.prim_func
+    def main(P: T.Tensor((2048,), "int32"), Y: T.Tensor((128, 16), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            P_s = T.alloc_shared((2048,), "int32")
+            W = T.alloc_fragment((128, 128), "float16")
+            X = T.alloc_shared((16, 128), "float16")
+            C = T.alloc_fragment((128, 16), "float32")
+            T.copy(P, P_s)
+            T.dequantize(P_s, W, dtypes.float_type(6, 1))
+            T.gemm(W, X, C, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(C, Y)
+
+    with pytest.raises(tilex.TileOpError, match="does not fit float16 exactly"):
+        tilex.compile(main, target="sm_90a")
+
+
+def test_unknown_low_bit_type_is_refused():
+    with pytest.raises(ValueError, match="T.dequantize"):
+        T.dequantize(None, None, "int9")
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(N=200), "multiple of bn"),
+    (dict(g=48), "group size 48"),
+])
+def test_quant_matmul_rejects_bad_shapes(bad, match):
+    args = dict(M=16, N=256, K=512, g=128)
+    args.update(bad)
+    with pytest.raises(ValueError, match=match):
+        quant_matmul(args["M"], args["N"], args["K"], "uint4", args["g"])

@@ -1,0 +1,98 @@
+"""A16Wx GEMM: Y = X @ W^T for float16/bfloat16 activations X (M, K) and a low-bit weight W (N, K) (any
+`tilex.dtypes` type, 1 to 8 bits) with per-group scales and optional zero-points.
+
+Each block computes a (bn x bm) tile of Y^T = W X^T, so the weight is the A operand of the tensor-core MMA and can
+be decoded straight into registers: per k-tile it stages the packed words of its (bn x bk) weight tile, the scales
+(and zeros) of that tile and a (bm x bk) tile of X in shared memory (pipelined copies), decodes the words into a
+float16/bfloat16 fragment laid out as T.gemm's A operand (`T.dequantize`), and multiplies. The packed weight is
+prepared once on the host (`prepack_weight`): the codes of every (bn x bk) tile in the order the decoding threads
+read them, so each thread loads its words with 16-byte vectors.
+
+Layouts of the prepared tensors: ``Wp`` (N // bn, K // bk, words) int32 with words = bn * bk * bits // 32;
+scales and zeros (K // g, N) in the activation dtype (one row per group of g consecutive k).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+import tilex.language as T
+from tilex import dtypes
+from tilex.quant.chunks import pack_chunks
+from tilex.op.dequantize import packed_order, word_vector, words_per_thread
+from tilex.op.gemm import GemmWarpPolicy, a_fragment_layout
+
+
+@dataclass(frozen=True)
+class QuantTiles:
+    """Block tile of the A16Wx kernel: bn weight rows (output columns), bm activation rows, bk of K."""
+
+    bn: int = 128
+    bm: int = 16
+    bk: int = 128
+    threads: int = 128
+    num_stages: int = 4
+
+
+def weight_fragment(tiles: QuantTiles, target, act="float16"):
+    """The register layout the kernel decodes a (bn x bk) weight tile into (T.gemm's A operand)."""
+    return a_fragment_layout(tiles.bn, tiles.bm, tiles.bk, tiles.threads, target, GemmWarpPolicy.FullRow, act)
+
+
+def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), act="float16", zero_point=False,
+                 target=None):
+    """The tile program: X (M, K) act, Wp (packed, see the module doc), S / Z (K // g, N) act -> Y (M, N) act."""
+    wt = dtypes.lookup(str(wtype))
+    bn, bm, bk = tiles.bn, tiles.bm, tiles.bk
+    g = group_size
+    if N % bn or K % bk:
+        raise ValueError(f"quant_matmul: N={N} must be a multiple of bn={bn} and K={K} of bk={bk}")
+    if g <= 0 or K % g or (g % bk and bk % g):
+        raise ValueError(f"quant_matmul: group size {g} must divide K={K} and divide or be a multiple of bk={bk}")
+    words = bn * bk * wt.bits // 32
+    gpt = max(bk // g, 1)  # scale rows per k-tile
+    z_rows = K // g if zero_point else 1
+
+    @T.prim_func
+    def main(X: T.Tensor((M, K), act), Wp: T.Tensor((N // bn, K // bk, words), "int32"),
+             S: T.Tensor((K // g, N), act), Z: T.Tensor((z_rows, N), act), Y: T.Tensor((M, N), act)):
+        with T.Kernel(N // bn, T.ceildiv(M, bm), threads=tiles.threads) as (bx, by):
+            X_s = T.alloc_shared((bm, bk), act)
+            W_s = T.alloc_shared((words,), "int32")
+            S_s = T.alloc_shared((gpt, bn), act)
+            Z_s = T.alloc_shared((gpt, bn), act)
+            W_f = T.alloc_fragment((bn, bk), act)
+            C_f = T.alloc_fragment((bn, bm), "float32")
+            T.clear(C_f)
+            for k in T.Pipelined(K // bk, num_stages=tiles.num_stages):
+                T.copy(X[by * bm, k * bk], X_s)
+                T.copy(Wp[bx, k, 0:words], W_s)
+                T.copy(S[(k * bk) // g, bx * bn], S_s)
+                if zero_point:
+                    T.copy(Z[(k * bk) // g, bx * bn], Z_s)
+                    T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
+                else:
+                    T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
+                T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            for i, j in T.Parallel(bn, bm):
+                if by * bm + j < M:
+                    Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j], act)
+
+    return main
+
+
+def prepack_weight(codes, wtype, tiles: QuantTiles, target, act="float16"):
+    """(N, K) codes (uint8, unpacked) -> Wp (N // bn, K // bk, words) int32 for `quant_matmul`."""
+    wt = dtypes.lookup(str(wtype))
+    N, K = codes.shape
+    bn, bk = tiles.bn, tiles.bk
+    frag = weight_fragment(tiles, target, act)
+    order = torch.as_tensor(packed_order(frag), device=codes.device)  # (owners, L) flat (bn, bk) indices
+    t = codes.reshape(N // bn, bn, K // bk, bk).permute(0, 2, 1, 3).reshape(N // bn, K // bk, bn * bk)
+    per_thread = t[:, :, order.reshape(-1)].reshape(N // bn, K // bk, order.shape[0], -1, 32)
+    words = pack_chunks(per_thread, wt.bits)  # (.., owners, chunks, bits)
+    wpt = words_per_thread(frag, wt.bits)
+    vec = word_vector(wpt)
+    words = words.reshape(N // bn, K // bk, order.shape[0], wpt // vec, vec).transpose(2, 3)  # interleave threads
+    return words.reshape(N // bn, K // bk, -1).contiguous()
