@@ -19,6 +19,7 @@ import torch
 
 import tilex.language as T
 from tilex import dtypes
+from tilex.jit import compile as compile_kernel
 from tilex.quant.chunks import pack_chunks
 from tilex.op.dequantize import packed_order, word_vector, words_per_thread
 from tilex.op.gemm import GemmWarpPolicy, a_fragment_layout
@@ -96,3 +97,85 @@ def prepack_weight(codes, wtype, tiles: QuantTiles, target, act="float16"):
     vec = word_vector(wpt)
     words = words.reshape(N // bn, K // bk, order.shape[0], wpt // vec, vec).transpose(2, 3)  # interleave threads
     return words.reshape(N // bn, K // bk, -1).contiguous()
+
+
+@dataclass
+class PackedWeight:
+    """A low-bit weight (N, K) ready for `quant_matmul_torch`: pre-packed words, scales and zeros as (K // g, N)
+    tensors of the activation dtype, and the block tile the words were packed for."""
+
+    words: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor | None
+    dtype: dtypes.LowBitType
+    group_size: int
+    shape: tuple
+    tiles: QuantTiles
+    act: str
+    target: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.words.numel() * 4 + self.scales.numel() * 2 + (0 if self.zeros is None else self.zeros.numel() * 2)
+
+
+_TORCH_ACTS = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_90a") -> PackedWeight:
+    """A `tilex.quant.QuantizedWeight` (codes (N, K), scales / zeros (N, K // g)) -> a PackedWeight for
+    activations of `act` on `target`."""
+    if act not in _TORCH_ACTS:
+        raise ValueError(f"pack_weight: activations are float16 or bfloat16, got {act!r}")
+    tiles = tiles or QuantTiles()
+    n, k = qw.codes.shape
+    if n % tiles.bn or k % tiles.bk:
+        raise ValueError(f"pack_weight: a ({n}, {k}) weight does not divide into ({tiles.bn}, {tiles.bk}) tiles; "
+                         f"N must be a multiple of {tiles.bn} and K of {tiles.bk}")
+    g = qw.group_size
+    if g % tiles.bk and tiles.bk % g:
+        raise ValueError(f"pack_weight: group size {g} must divide or be a multiple of the k tile {tiles.bk}")
+    tdt = _TORCH_ACTS[act]
+    words = prepack_weight(qw.codes, qw.dtype, tiles, target, act)
+    zeros = None if qw.zeros is None else qw.zeros.T.to(tdt).contiguous()
+    return PackedWeight(words, qw.scales.T.to(tdt).contiguous(), zeros, qw.dtype, g, (n, k), tiles, act, target)
+
+
+def _m_tile(m):
+    """Rows of X per block: the smallest MMA-friendly tile holding M, at most 128."""
+    for bm in (16, 32, 64):
+        if m <= bm:
+            return bm
+    return 128
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(m, pw: PackedWeight):
+    t = pw.tiles
+    bm = _m_tile(m)
+    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.act, t, bm, pw.target)
+    if key not in _KERNELS:
+        tiles = QuantTiles(t.bn, bm, t.bk, t.threads, t.num_stages if bm <= 32 else 3)
+        prog = quant_matmul(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
+                            zero_point=pw.zeros is not None)
+        _KERNELS[key] = compile_kernel(prog, out_idx=-1, target=pw.target)
+    return _KERNELS[key]
+
+
+def quant_matmul_torch(x, pw: PackedWeight):
+    """Y = x @ W^T for x (M, K) and a PackedWeight W (N, K): Y (M, N) in x's dtype."""
+    n, k = pw.shape
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"quant_matmul: x must be a 2-d torch tensor (M, K), got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    if x.shape[1] != k:
+        raise ValueError(f"quant_matmul: x has K = {x.shape[1]}, the weight has K = {k}")
+    if x.dtype != _TORCH_ACTS[pw.act]:
+        raise ValueError(f"quant_matmul: x is {x.dtype}, the weight was packed for {pw.act} activations")
+    if x.device != pw.words.device:
+        raise ValueError(f"quant_matmul: x is on {x.device}, the weight on {pw.words.device}")
+    x = x.contiguous()
+    zeros = pw.zeros if pw.zeros is not None else pw.scales[:1]
+    return _kernel(x.shape[0], pw)(x, pw.words, pw.scales, zeros)

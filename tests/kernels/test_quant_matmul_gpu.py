@@ -1,0 +1,68 @@
+"""A16Wx GEMM on the GPU (tilex.ops.quant_matmul): every low-bit type, group sizes, zero-points, ragged M,
+float16 and bfloat16 activations, against torch on the dequantized weight."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tilex import dtypes, ops, quant  # noqa: E402
+from tilex.kernels.quant_matmul import QuantTiles  # noqa: E402
+
+
+def _check(M, N, K, wt, g=128, zp=False, act="float16", tiles=None):
+    tdt = getattr(torch, act)
+    w = torch.randn(N, K, device="cuda") / K ** 0.5
+    qw = quant.quantize(w, wt, group_size=g, zero_point=zp)
+    pw = ops.pack_weight(qw, act=act, tiles=tiles)
+    x = torch.randn(M, K, device="cuda", dtype=tdt)
+    y = ops.quant_matmul(x, pw)
+    assert y.shape == (M, N) and y.dtype == tdt
+    w_hat = quant.dequantize(qw, tdt)  # the kernel multiplies the decoded codes in this dtype too
+    ref = x.float() @ w_hat.float().T
+    scale = ref.abs().max().clamp(min=1e-3)
+    err = ((y.float() - ref).abs().max() / scale).item()
+    assert err < (2e-2 if act == "bfloat16" else 4e-3), f"{wt} M={M} g={g} zp={zp} {act}: max rel error {err:.2e}"
+
+
+def _types_for(act):
+    return [t for t in dtypes.ALL_TYPES if t.exact_in(act) and not (t.bits == 1 and t.kind != "float")]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wt", _types_for("float16"), ids=str)
+def test_every_type_float16(wt):
+    _check(16, 256, 512, wt, zp=wt.kind == "uint")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wt", _types_for("bfloat16"), ids=str)
+def test_every_type_bfloat16(wt):
+    _check(16, 256, 512, wt, act="bfloat16", zp=wt.kind == "uint")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("wt", ["int1", "uint1"])
+def test_one_bit_with_zero_points(wt):
+    _check(16, 256, 512, wt, zp=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 5, 16, 17, 33, 100])
+@pytest.mark.parametrize("g", [32, 64, 128, 512, None])
+@pytest.mark.parametrize("zp", [False, True])
+def test_int4_shapes_groups_zero_points(M, g, zp):
+    _check(M, 384, 1024, "int4" if not zp else "uint4", g=g, zp=zp)
+
+
+@pytest.mark.gpu
+def test_prefill_tiles():
+    _check(300, 256, 512, "int4", tiles=QuantTiles(bn=128, bk=64, threads=256, num_stages=3))
+
+
+@pytest.mark.gpu
+def test_wrong_activation_is_refused():
+    qw = quant.quantize(torch.randn(128, 128, device="cuda"), "int4", group_size=128)
+    pw = ops.pack_weight(qw)
+    with pytest.raises(ValueError, match="packed for float16"):
+        ops.quant_matmul(torch.randn(4, 128, device="cuda", dtype=torch.bfloat16), pw)
+    with pytest.raises(ValueError, match="K = 64"):
+        ops.quant_matmul(torch.randn(4, 64, device="cuda", dtype=torch.float16), pw)
