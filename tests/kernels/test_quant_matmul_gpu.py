@@ -54,6 +54,12 @@ def test_int4_shapes_groups_zero_points(M, g, zp):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("N,K,g", [(200, 300, None), (1000, 1024, 128), (136, 520, 8)])
+def test_ragged_weights(N, K, g):
+    _check(7, N, K, "int4", g=g)
+
+
+@pytest.mark.gpu
 def test_prefill_tiles():
     _check(300, 256, 512, "int4", tiles=QuantTiles(bn=128, bk=64, threads=256, num_stages=3))
 

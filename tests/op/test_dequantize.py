@@ -119,12 +119,17 @@ def test_unknown_low_bit_type_is_refused():
         T.dequantize(None, None, "int9")
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(N=200), "multiple of bn"),
-    (dict(g=48), "group size 48"),
-])
-def test_quant_matmul_rejects_bad_shapes(bad, match):
-    args = dict(M=16, N=256, K=512, g=128)
-    args.update(bad)
-    with pytest.raises(ValueError, match=match):
-        quant_matmul(args["M"], args["N"], args["K"], "uint4", args["g"])
+def test_quant_matmul_rejects_groups_across_tiles():
+    with pytest.raises(ValueError, match="group size 48"):
+        quant_matmul(16, 256, 768, "uint4", 48)
+
+
+def test_ragged_weight_is_padded_with_code_zero():
+    tiles = QuantTiles()
+    codes = torch.randint(1, 16, (200, 300), dtype=torch.uint8)
+    wp = prepack_weight(codes, "uint4", tiles, "sm_90a")
+    back = _read_back(wp, weight_fragment(tiles, "sm_90a"), 4)
+    assert back.shape == (256, 384) and torch.equal(back[:200, :300], codes)
+    assert back[200:].eq(0).all() and back[:, 300:].eq(0).all()
+    k = tilex.compile(quant_matmul(3, 200, 300, "uint4", 300, tiles), out_idx=-1, target="sm_90a")
+    assert "decode_chunk_f16" in k.get_kernel_source()

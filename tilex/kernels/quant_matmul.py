@@ -8,8 +8,9 @@ float16/bfloat16 fragment laid out as T.gemm's A operand (`T.dequantize`), and m
 prepared once on the host (`prepack_weight`): the codes of every (bn x bk) tile in the order the decoding threads
 read them, so each thread loads its words with 16-byte vectors.
 
-Layouts of the prepared tensors: ``Wp`` (N // bn, K // bk, words) int32 with words = bn * bk * bits // 32;
-scales and zeros (K // g, N) in the activation dtype (one row per group of g consecutive k).
+Layouts of the prepared tensors: ``Wp`` (ceil(N / bn), ceil(K / bk), words) int32 with words = bn * bk * bits // 32
+(ragged N and K padded with code 0); scales and zeros (ceil(K / g), N) in the activation dtype (one row per group
+of g consecutive k).
 """
 from __future__ import annotations
 
@@ -47,18 +48,17 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
     wt = dtypes.lookup(str(wtype))
     bn, bm, bk = tiles.bn, tiles.bm, tiles.bk
     g = group_size
-    if N % bn or K % bk:
-        raise ValueError(f"quant_matmul: N={N} must be a multiple of bn={bn} and K={K} of bk={bk}")
-    if g <= 0 or K % g or (g % bk and bk % g):
-        raise ValueError(f"quant_matmul: group size {g} must divide K={K} and divide or be a multiple of bk={bk}")
+    check_group(g, K, bk)
+    n_tiles, k_tiles = -(-N // bn), -(-K // bk)  # ragged N, K: the packed weight is padded with code 0
     words = bn * bk * wt.bits // 32
-    gpt = max(bk // g, 1)  # scale rows per k-tile
-    z_rows = K // g if zero_point else 1
+    gpt = max(bk // g, 1)  # scale rows per k-tile (rows past the last group read as zero)
+    groups = -(-K // g)
+    z_rows = groups if zero_point else 1
 
     @T.prim_func
-    def main(X: T.Tensor((M, K), act), Wp: T.Tensor((N // bn, K // bk, words), "int32"),
-             S: T.Tensor((K // g, N), act), Z: T.Tensor((z_rows, N), act), Y: T.Tensor((M, N), act)):
-        with T.Kernel(N // bn, T.ceildiv(M, bm), threads=tiles.threads) as (bx, by):
+    def main(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words), "int32"),
+             S: T.Tensor((groups, N), act), Z: T.Tensor((z_rows, N), act), Y: T.Tensor((M, N), act)):
+        with T.Kernel(n_tiles, T.ceildiv(M, bm), threads=tiles.threads) as (bx, by):
             X_s = T.alloc_shared((bm, bk), act)
             W_s = T.alloc_shared((words,), "int32")
             S_s = T.alloc_shared((gpt, bn), act)
@@ -66,7 +66,7 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
             W_f = T.alloc_fragment((bn, bk), act)
             C_f = T.alloc_fragment((bn, bm), "float32")
             T.clear(C_f)
-            for k in T.Pipelined(K // bk, num_stages=tiles.num_stages):
+            for k in T.Pipelined(k_tiles, num_stages=tiles.num_stages):
                 T.copy(X[by * bm, k * bk], X_s)
                 T.copy(Wp[bx, k, 0:words], W_s)
                 T.copy(S[(k * bk) // g, bx * bn], S_s)
@@ -77,17 +77,31 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
                     T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
                 T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(bn, bm):
-                if by * bm + j < M:
+                if by * bm + j < M and bx * bn + i < N:
                     Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j], act)
 
     return main
 
 
+def check_group(g, K, bk):
+    """ValueError unless scale groups of `g` along K suit k tiles of `bk`: one group per row (g >= K), or g
+    dividing K and dividing or being a multiple of bk."""
+    if g >= K:
+        return
+    if g <= 0 or K % g or (g % bk and bk % g):
+        raise ValueError(f"quant_matmul: group size {g} must divide K = {K} and divide or be a multiple of the k "
+                         f"tile {bk} (or cover all of K)")
+
+
 def prepack_weight(codes, wtype, tiles: QuantTiles, target, act="float16"):
-    """(N, K) codes (uint8, unpacked) -> Wp (N // bn, K // bk, words) int32 for `quant_matmul`."""
+    """(N, K) codes (uint8, unpacked) -> Wp (ceil(N / bn), ceil(K / bk), words) int32 for `quant_matmul` (padded
+    with code 0, which decodes to a finite value: padded columns meet zero activations)."""
     wt = dtypes.lookup(str(wtype))
-    N, K = codes.shape
     bn, bk = tiles.bn, tiles.bk
+    n0, k0 = codes.shape
+    N, K = -(-n0 // bn) * bn, -(-k0 // bk) * bk
+    if (N, K) != (n0, k0):
+        codes = torch.nn.functional.pad(codes, (0, K - k0, 0, N - n0))
     frag = weight_fragment(tiles, target, act)
     order = torch.as_tensor(packed_order(frag), device=codes.device)  # (owners, L) flat (bn, bk) indices
     t = codes.reshape(N // bn, bn, K // bk, bk).permute(0, 2, 1, 3).reshape(N // bn, K // bk, bn * bk)
@@ -129,12 +143,8 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
         raise ValueError(f"pack_weight: activations are float16 or bfloat16, got {act!r}")
     tiles = tiles or QuantTiles()
     n, k = qw.codes.shape
-    if n % tiles.bn or k % tiles.bk:
-        raise ValueError(f"pack_weight: a ({n}, {k}) weight does not divide into ({tiles.bn}, {tiles.bk}) tiles; "
-                         f"N must be a multiple of {tiles.bn} and K of {tiles.bk}")
     g = qw.group_size
-    if g % tiles.bk and tiles.bk % g:
-        raise ValueError(f"pack_weight: group size {g} must divide or be a multiple of the k tile {tiles.bk}")
+    check_group(g, k, tiles.bk)
     tdt = _TORCH_ACTS[act]
     words = prepack_weight(qw.codes, qw.dtype, tiles, target, act)
     zeros = None if qw.zeros is None else qw.zeros.T.to(tdt).contiguous()
