@@ -33,3 +33,27 @@ def test_quant_matmul_rejects_bad_x():
         ops.quant_matmul(torch.randn(2, 64, dtype=torch.float16), pw)
     with pytest.raises(ValueError, match="packed for float16"):
         ops.quant_matmul(torch.randn(2, 128, dtype=torch.bfloat16), pw)
+
+
+def test_symmetric_unsigned_weights_are_packed_as_signed():
+    """uint codes around the implicit zero 2^(b-1) decode exactly as the signed type of the flipped top bit, which
+    saves the zero-point subtraction; real zero-points stay."""
+    for bits in (2, 4, 8):
+        qw = quant.quantize(torch.randn(128, 256), f"uint{bits}", group_size=128)
+        pw = ops.pack_weight(qw)
+        assert str(pw.dtype) == f"int{bits}" and pw.zeros is None
+        flipped = qw.codes ^ (1 << (bits - 1))
+        assert torch.equal(quant.decode(flipped, pw.dtype), quant.decode(qw.codes, qw.dtype) - 2 ** (bits - 1))
+    qw = quant.quantize(torch.randn(128, 256), "uint4", group_size=128, zero_point=True)
+    assert str(ops.pack_weight(qw).dtype) == "uint4"
+
+
+@pytest.mark.parametrize("zp", [False, True])
+def test_per_channel_scales_are_applied_to_the_sums(zp):
+    from tilex.jit import compile as compile_kernel
+    from tilex.kernels.quant_matmul import QuantTiles, quant_matmul
+
+    k = compile_kernel(quant_matmul(16, 256, 512, "uint4", 512, QuantTiles(num_stages=3), zero_point=zp),
+                       out_idx=-1, target="sm_90a")
+    src = k.get_kernel_source()
+    assert "scale_pair" not in src and ("zero_pair_f16" in src) == zp

@@ -54,6 +54,7 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
     gpt = max(bk // g, 1)  # scale rows per k-tile (rows past the last group read as zero)
     groups = -(-K // g)
     z_rows = groups if zero_point else 1
+    per_channel = g >= K
 
     @T.prim_func
     def main(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words), "int32"),
@@ -69,16 +70,26 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
             for k in T.Pipelined(k_tiles, num_stages=tiles.num_stages):
                 T.copy(X[by * bm, k * bk], X_s)
                 T.copy(Wp[bx, k, 0:words], W_s)
-                T.copy(S[(k * bk) // g, bx * bn], S_s)
-                if zero_point:
-                    T.copy(Z[(k * bk) // g, bx * bn], Z_s)
-                    T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
+                if per_channel:  # one scale per row: applied to the sums in the epilogue
+                    if zero_point:
+                        T.copy(Z[0, bx * bn], Z_s)
+                        T.dequantize(W_s, W_f, wt, zero=Z_s, group_size=g)
+                    else:
+                        T.dequantize(W_s, W_f, wt)
                 else:
-                    T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
+                    T.copy(S[(k * bk) // g, bx * bn], S_s)
+                    if zero_point:
+                        T.copy(Z[(k * bk) // g, bx * bn], Z_s)
+                        T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
+                    else:
+                        T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
                 T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(bn, bm):
                 if by * bm + j < M and bx * bn + i < N:
-                    Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j], act)
+                    if per_channel:
+                        Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j] * T.cast(S[0, bx * bn + i], "float32"), act)
+                    else:
+                        Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j], act)
 
     return main
 
@@ -146,9 +157,14 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
     g = qw.group_size
     check_group(g, k, tiles.bk)
     tdt = _TORCH_ACTS[act]
-    words = prepack_weight(qw.codes, qw.dtype, tiles, target, act)
-    zeros = None if qw.zeros is None else qw.zeros.T.to(tdt).contiguous()
-    return PackedWeight(words, qw.scales.T.to(tdt).contiguous(), zeros, qw.dtype, g, (n, k), tiles, act, target)
+    codes, wt, zeros = qw.codes, qw.dtype, qw.zeros
+    if wt.kind == "uint" and zeros is not None and bool((zeros == 2 ** (wt.bits - 1)).all()):
+        # offset binary around the middle code is the signed type with the top bit flipped: decode it as such
+        # and skip the zero-point subtraction (exact: code - 2^(b-1) == two's complement of code ^ 2^(b-1))
+        codes, wt, zeros = codes ^ (1 << (wt.bits - 1)), dtypes.int_type(wt.bits, signed=True), None
+    words = prepack_weight(codes, wt, tiles, target, act)
+    zeros = None if zeros is None else zeros.T.to(tdt).contiguous()
+    return PackedWeight(words, qw.scales.T.to(tdt).contiguous(), zeros, wt, g, (n, k), tiles, act, target)
 
 
 def _m_tile(m):
