@@ -45,6 +45,16 @@ def test_unstaged_epilogue_is_guarded():
     assert "tilex::streamk_fixup" in script and "if sk_last != 0:" in script
 
 
+def test_epilogue_in_column_blocks_guards_only_its_stores():
+    """An epilogue staged through shared memory in column blocks is a loop of (shared writes, TMA store): the guard
+    goes around each store inside the loop, the shared steps and their barriers stay unconditional (guarding the
+    whole loop made TVM's ThreadSync fail: "Cannot insert syncs inside condition")."""
+    script = _script(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, swizzle=16, stage_c=True, c_block=128))
+    assert "tilex::streamk_fixup" in script
+    loop = script[script.index("for j in T.unroll(2)"):]
+    assert "if sk_last != 0:" in loop and loop.index("if sk_last != 0:") > loop.index("C_s")
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_generated_cuda_compiles_for_sm90a():
     import tilex
@@ -67,6 +77,7 @@ CASES = [  # (M, N, K, tile config, pass configs): every case leaves a tail of u
     ((2048, 4096, 1000), (128, 256, 64, 3, 256), dict(stage_c=True), {"tilex.persistent_cluster": 1}),  # ragged K
     ((3000, 2504, 776), (128, 128, 64, 4, 256), dict(), {}),  # ragged M, N and K
     ((8192, 8192, 1024), (128, 256, 64, 3, 256), dict(swizzle=8, stage_c=True), {}),
+    ((4096, 4096, 4096), (128, 256, 64, 3, 256), dict(swizzle=16, stage_c=True, c_block=128), {}),  # blocked epilogue
 ]
 
 

@@ -70,8 +70,23 @@ def _writes_global(stmt):
 
 def _only_if(stmt, cond):
     """`stmt` guarded by `cond` when it writes global memory (the epilogue of a block that does not write the
-    tile still runs its shared-memory steps, so the barriers between them stay unconditional)."""
-    return tirx.IfThenElse(cond, stmt, None) if _writes_global(stmt) else stmt
+    tile still runs its shared-memory steps, so the barriers between them stay unconditional): a sequence or a
+    loop (an epilogue staged in column blocks) is guarded statement by statement inside, so that its
+    shared-memory steps stay outside the condition (`cond` does not change in the loop)."""
+    if not _writes_global(stmt):
+        return stmt
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_only_if(s, cond) for s in stmt])
+    if isinstance(stmt, tirx.For) and _writes_shared(stmt.body):
+        return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _only_if(stmt.body, cond),
+                        stmt.thread_binding, stmt.annotations)
+    return tirx.IfThenElse(cond, stmt, None)
+
+
+def _writes_shared(stmt):
+    found = []
+    walk(stmt, (tirx.BufferStore, lambda n: found.append(n) if n.buffer.scope().startswith("shared") else None))
+    return bool(found)
 
 
 def _local_buffers(stmt):
