@@ -24,6 +24,8 @@ transpose_kernel = _example("transpose")["transpose_kernel"]
 _epilogue = _example("gemm_epilogue")
 gemm_bias_act_kernel, reference = _epilogue["gemm_bias_act_kernel"], _epilogue["reference"]
 splitk_gemm_kernel = _example("splitk_gemm")["splitk_gemm_kernel"]
+_dequant = _example("dequantize_gemm")
+dequant_gemm_kernel, pack_nibbles = _dequant["dequant_gemm_kernel"], _dequant["pack_nibbles"]
 
 pytestmark = pytest.mark.gpu
 
@@ -99,3 +101,15 @@ def test_tilelang_style_flash_attention(causal, seq, dim):
     q, kk, v = (torch.randn(2, 4, seq, dim, device="cuda", dtype=torch.float16) for _ in range(3))
     ref = torch.nn.functional.scaled_dot_product_attention(q, kk, v, is_causal=causal)
     torch.testing.assert_close(k(q, kk, v), ref, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("M", [1, 16, 33])
+def test_dequantize_gemm_hand_written(M):
+    from tilex import quant
+
+    N, K, g = 512, 1024, 128
+    qw = quant.quantize(torch.randn(N, K, device="cuda") / K ** 0.5, "uint4", group_size=g)
+    x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    k = tilex.compile(dequant_gemm_kernel(M, N, K, g), out_idx=-1)
+    ref = x.float() @ quant.dequantize(qw).float().T
+    torch.testing.assert_close(k(x, pack_nibbles(qw.codes), qw.scales.half()).float(), ref, atol=2e-2, rtol=2e-2)
