@@ -80,3 +80,22 @@ def qk_pv(M, N, D, bm=64, bn=64, threads=128, dtype="float16", scale=None, polic
             T.copy(O_l, O[bx * bm, 0])
 
     return main
+
+
+def rs_8bit_matmul(M, N, K, dtype, acc, bm=128, bn=128, bk=64, threads=128):
+    """C = A @ B^T with each A tile copied from global memory straight into a register fragment (the "rs" form)."""
+
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((N, K), dtype), C: T.Tensor((M, N), acc)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_f = T.alloc_fragment((bm, bk), dtype)
+            B_s = T.alloc_shared((bn, bk), dtype)
+            C_l = T.alloc_fragment((bm, bn), acc)
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=2):
+                T.copy(A[by * bm, k * bk], A_f)
+                T.copy(B[bx * bn, k * bk], B_s)
+                T.gemm(A_f, B_s, C_l, transpose_B=True)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main

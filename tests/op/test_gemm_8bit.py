@@ -7,6 +7,7 @@ import tilex
 import tilex.language as T
 from tilex.kernels.gemm_8bit import int_matmul, scaled_matmul
 from tilex.op.mma_types import mma_types
+from gemm_rs_kernels import rs_8bit_matmul
 
 SM90 = dict(bm=128, bn=256, bk=128, num_stages=3, threads=256)
 SM80 = dict(bm=128, bn=128, bk=64, num_stages=3, threads=128)
@@ -84,3 +85,21 @@ def test_8bit_gemm_needs_k_major_operands(dtype, acc):
 def test_8bit_gemm_refuses_wrong_accumulator():
     with pytest.raises(tilex.TileOpError, match="int8/uint8 inputs with an int32 accumulator"):
         tilex.compile(_nn_program("int8", "float32"), out_idx=-1, target="sm_90a")
+
+
+@pytest.mark.parametrize("target,want", [("sm_90a", "wgmma_m64n128k32_rs_f8<0, 0>"), ("sm_89", "mma_m16n8k32_f8<0, 0>")])
+def test_8bit_a_fragment_compiles(target, want):
+    k = tilex.compile(rs_8bit_matmul(256, 256, 256, "float8_e4m3fn", "float32"), out_idx=-1, target=target)
+    assert want in k.get_kernel_source()
+
+
+def test_8bit_a_fragment_layout():
+    """A thread's 16 8-bit A elements of one k32 step: rows g and g+8, columns 4t..4t+3 and 16+4t..16+4t+3."""
+    from tilex.layout import make_mma_a_fragment, make_wgmma_a_fragment
+
+    for frag in (make_mma_a_fragment(16, 32, 1, 1, bits=8), make_wgmma_a_fragment(64, 32, 1, 1, bits=8)):
+        for lane in (0, 5, 31):
+            g, t = lane // 4, lane % 4
+            want = [(g + 8 * (x // 4 % 2), 4 * t + x % 4 + 16 * (x // 8)) for x in range(16)]
+            got = [tuple(int(v) for v in frag.inverse().map([lane, x])[:2]) for x in range(16)]
+            assert got == want

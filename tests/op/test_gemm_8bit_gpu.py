@@ -6,6 +6,7 @@ torch = pytest.importorskip("torch")
 
 import tilex  # noqa: E402
 from tilex.kernels.gemm_8bit import int_matmul, scaled_matmul  # noqa: E402
+from gemm_rs_kernels import rs_8bit_matmul  # noqa: E402
 
 SHAPES = [(1024, 1024, 1024), (1000, 776, 1024), (129, 264, 4096), (64, 8, 96)]
 SM80 = {"tilex.disable_wgmma": True}
@@ -76,3 +77,21 @@ def test_int8_scaled_matmul_w8a8():
                                          scale_b="row"), out_idx=-1)
     ref = (a.double() @ b.double().T) * sa.double()[:, None] * sb.double()[None, :]
     torch.testing.assert_close(kernel(a, b, sa, sb).double(), ref, atol=1e-3, rtol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["wgmma", "mma_sync"])
+@pytest.mark.parametrize("dtype,acc", [("int8", "int32"), ("float8_e4m3fn", "float32"), ("float8_e5m2", "float32")])
+def test_8bit_a_in_registers(dtype, acc, path):
+    """A tiles copied into a register fragment (wgmma's rs form / mma.sync from registers)."""
+    M, N, K = 256, 384, 512
+    kernel = tilex.compile(rs_8bit_matmul(M, N, K, dtype, acc), out_idx=-1,
+                           pass_configs=SM80 if path == "mma_sync" else None)
+    if dtype == "int8":
+        a, b = _ints((M, K), "int8"), _ints((N, K), "int8")
+        assert torch.equal(kernel(a, b).to(torch.int64), a.to(torch.int64) @ b.to(torch.int64).T)
+    else:
+        a = torch.randn(M, K, device="cuda").to(getattr(torch, dtype))
+        b = torch.randn(N, K, device="cuda").to(getattr(torch, dtype))
+        ref = a.double() @ b.double().T
+        torch.testing.assert_close(kernel(a, b).double(), ref, atol=1e-3 * K ** 0.5, rtol=1e-4)

@@ -208,6 +208,11 @@ def wgmma_ss_8bit(n, family, ta, tb, acc_ptr, a_desc, b_desc, scale_d):
     return _stmt(f"{WGMMA_M64}n{n}k32_{family}<{int(ta)}, {int(tb)}>", acc_ptr, a_desc, b_desc, scale_d)
 
 
+def wgmma_rs_8bit(n, family, ta, tb, acc_ptr, a_ptr, b_desc, scale_d):
+    """``wgmma.mma_async.m64n{n}k32`` on 8-bit operands with A in registers (16 elements, four .b32 per thread)."""
+    return _stmt(f"{WGMMA_M64}n{n}k32_rs_{family}<{int(ta)}, {int(tb)}>", acc_ptr, a_ptr, b_desc, scale_d)
+
+
 # ---- dequant.h ----------------------------------------------------------------------------------------------------
 _PAIR_SUFFIX = {"float16": "f16", "bfloat16": "bf16"}
 

@@ -1,4 +1,5 @@
-"""Register fragments of ``mma.sync.m16n8k16`` (fp16/bf16 inputs, fp32 accumulators; warp = 32 lanes).
+"""Register fragments of ``mma.sync.m16n8k16`` (fp16/bf16 inputs, fp32 accumulators; warp = 32 lanes), and the A
+operand of ``m16n8k32`` (8-bit inputs).
 
 All fragments are built with the ``Fragment`` algebra from an 8x8 atom (lane ``4*r + c//2`` holds row ``r``,
 columns ``2*(lane%4) + {0,1}`` in 2 consecutive registers), then ``repeat`` / ``replicate`` up to the
@@ -45,18 +46,23 @@ def make_mma_accumulator_fragment(m: int, n: int, warp_m: int, warp_n: int) -> F
     return frag.repeat((warp_m, warp_n), on_thread=True, lower_dim_first=True)   # warp grid
 
 
-def make_mma_a_fragment(m: int, k: int, warp_m: int, warp_n: int) -> Fragment:
-    """A operand (m, k) in registers: rows split over ``warp_m`` warps, replicated over the ``warp_n`` warps.
+def make_mma_a_fragment(m: int, k: int, warp_m: int, warp_n: int, bits: int = 16) -> Fragment:
+    """A operand (m, k) of `bits`-bit elements in registers: rows split over ``warp_m`` warps, replicated over the
+    ``warp_n`` warps.
 
-    Per m16k16 tile (r = ii%16, c = kk%16): ``lane = (r%8)*4 + (c%8)//2``, register element
-    ``e = (c//8)*4 + (r//8)*2 + c%2`` (a0..a7); ``local = ((ii//16)*(k//16) + kk//16)*8 + e``;
-    ``thread = (wi*warp_n + rep)*32 + lane`` for ``rep`` in ``[0, warp_n)``.
+    With ``e = 32 // bits`` elements per 32-bit register (2 for fp16/bf16: m16k16 tiles; 4 for 8-bit: m16k32) and
+    a k step of ``s = 8*e``, per m16 x s tile (r = ii%16, c = kk%s): ``lane = (r%8)*4 + (c%(4e))//e``, register
+    element ``x = ((c//(4e))*2 + r//8)*e + c%e`` (four registers a0..a3); ``local = ((ii//16)*(k//s) + kk//s)*4e +
+    x``; ``thread = (wi*warp_n + rep)*32 + lane`` for ``rep`` in ``[0, warp_n)``.
     """
+    e = 32 // bits
+    step = 8 * e
     wm = _split(m, warp_m, 16, "m")
-    if k % 16 != 0 or k <= 0:
-        raise LayoutError(f"k={k} must be a positive multiple of 16")
-    frag = _atom_rows().repeat((2, 2), on_thread=False, lower_dim_first=False)   # a0..a7
-    frag = frag.repeat((wm // 16, k // 16), on_thread=False, lower_dim_first=True)
+    if k % step != 0 or k <= 0:
+        raise LayoutError(f"k={k} must be a positive multiple of {step} for {bits}-bit elements")
+    atom = Fragment((8, 4 * e), lambda i, j: i * 4 + j // e, lambda i, j: j % e)  # one register per lane
+    frag = atom.repeat((2, 2), on_thread=False, lower_dim_first=False)             # a0..a3
+    frag = frag.repeat((wm // 16, k // step), on_thread=False, lower_dim_first=True)
     frag = frag.replicate(warp_n)                                               # warps wj share A
     return frag.repeat((warp_m, 1), on_thread=True)
 

@@ -98,35 +98,41 @@ def make_wgmma_accumulator_fragment(m: int, n: int, wg_m: int, wg_n: int) -> Fra
     return Fragment((m, n), thread, index)
 
 
-def make_wgmma_a_fragment(m: int, k: int, wg_m: int, wg_n: int) -> Fragment:
-    """(m, k) A operand in registers for ``m64nNk16`` wgmma issued by ``wg_m x wg_n`` warpgroups.
+def make_wgmma_a_fragment(m: int, k: int, wg_m: int, wg_n: int, bits: int = 16) -> Fragment:
+    """(m, k) A operand of `bits`-bit elements in registers for ``m64nNk16`` (16-bit) or ``m64nNk32`` (8-bit)
+    wgmma issued by ``wg_m x wg_n`` warpgroups.
 
     Warpgroup ``g = gi * wg_n + gj`` needs rows ``gi*wm .. +wm`` (``wm = m // wg_m``) whatever its column slab
     ``gj``, so every element lives in the ``wg_n`` warpgroups of its row slab (replica ``rep = gj``). Inside a
-    warpgroup the PTX ISA's A fragment for ``m64k16`` (four .b32 registers a0..a7 per thread) is the m16k16
-    ``mma.sync`` A pattern per warp: warp ``w`` holds rows ``16w .. 16w+15`` of each 64-row block ``mb``::
+    warpgroup the PTX ISA's A fragment (four .b32 registers per thread and k step) is the ``mma.sync`` A pattern
+    per warp: warp ``w`` holds rows ``16w .. 16w+15`` of each 64-row block ``mb``. With ``e = 32 // bits``
+    elements per register and a k step of ``s = 8*e``::
 
-        thread = (gi*wg_n + rep)*128 + w*32 + (r%8)*4 + (c%8)//2
-        local  = mb*(k//2) + (kk//16)*8 + ((c//8)*4 + (r//8)*2 + c%2)    (r = row in the 16-row slab, c = kk%16)
+        thread = (gi*wg_n + rep)*128 + w*32 + (r%8)*4 + (c%(4e))//e
+        local  = mb*(k//2) + (kk//s)*4e + ((c//(4e))*2 + r//8)*e + c%e     (r = row in the 16-row slab, c = kk%s)
 
-    so the 8 elements one instruction reads for k-step ``ki`` are locals ``(mb*(k//16) + ki)*8 .. +8``; this is
-    the accumulator pattern of an (m, k) tile (`make_wgmma_accumulator_fragment` with ``wg_n = 1``).
+    so the 4e elements one instruction reads for k-step ``ki`` are locals ``(mb*(k//s) + ki)*4e .. +4e``; for
+    16-bit elements this is the accumulator pattern of an (m, k) tile (`make_wgmma_accumulator_fragment` with
+    ``wg_n = 1``).
     """
-    if m % wg_m or (m // wg_m) % 64 or k % 16 or k <= 0 or wg_n < 1:
-        raise LayoutError(f"an A operand of {m}x{k} cannot be split over {wg_m} warpgroup rows of m64k16 "
-                          f"(m must be a multiple of {64 * wg_m}, k of 16)")
+    e = 32 // bits
+    step = 8 * e
+    if m % wg_m or (m // wg_m) % 64 or k % step or k <= 0 or wg_n < 1:
+        raise LayoutError(f"an A operand of {m}x{k} cannot be split over {wg_m} warpgroup rows of m64k{step} "
+                          f"(m must be a multiple of {64 * wg_m}, k of {step})")
     wm = m // wg_m
 
     def thread(i, j, *rep):
         gi, ii = tirx.floordiv(i, wm), tirx.floormod(i, wm)
         gj = rep[0] if rep else 0
         w = tirx.floordiv(tirx.floormod(ii, 64), 16)
-        return (gi * wg_n + gj) * 128 + w * 32 + tirx.floormod(ii, 8) * 4 + tirx.floordiv(tirx.floormod(j, 8), 2)
+        return (gi * wg_n + gj) * 128 + w * 32 + tirx.floormod(ii, 8) * 4 + tirx.floordiv(tirx.floormod(j, 4 * e), e)
 
     def index(i, j):
         ii = tirx.floormod(i, wm)
         r = tirx.floormod(ii, 16)
-        return (tirx.floordiv(ii, 64) * (k // 2) + tirx.floordiv(j, 8) * 4 + tirx.floordiv(r, 8) * 2
-                + tirx.floormod(j, 2))
+        c = tirx.floormod(j, step)
+        return (tirx.floordiv(ii, 64) * (k // 2) + tirx.floordiv(j, step) * (4 * e)
+                + (tirx.floordiv(c, 4 * e) * 2 + tirx.floordiv(r, 8)) * e + tirx.floormod(c, e))
 
     return Fragment((m, k), thread, index, replicate=wg_n)

@@ -67,6 +67,10 @@ def partition_warps(m, n, num_warps, policy=GemmWarpPolicy.Square):
     return min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[0]))
 
 
+def _bits(buffer):
+    return tvm.DataType(str(buffer.dtype)).bits
+
+
 def a_fragment_layout(m, n, k, threads, target, policy=GemmWarpPolicy.Square, dtype="float16",
                       transpose_B=True):
     """The Fragment T.gemm gives an (m, k) A operand held in registers, for an (m, n) C tile computed by `threads`
@@ -80,7 +84,7 @@ def a_fragment_layout(m, n, k, threads, target, policy=GemmWarpPolicy.Square, dt
     wg = gemm_wgmma.plan(op, threads, target)
     if wg is not None:
         return gemm_wgmma.a_fragment_layout(op, wg)
-    return make_mma_a_fragment(m, k, wm, wn)
+    return make_mma_a_fragment(m, k, wm, wn, _bits(a))
 
 
 @register_tile_op("tilex.gemm")
@@ -139,9 +143,6 @@ class GemmOp(TileOp):
                     f"(M, K) = ({self.M}, {self.K}) and B as (N, K) = ({self.N}, {self.K}) with transpose_B=True "
                     f"(the tensor cores cannot transpose 8-bit operands); got transpose_A={self.trans_a}, "
                     f"transpose_B={self.trans_b}")
-            if is_fragment(a):
-                raise TileOpError(f"{self.describe()}: an 8-bit A must be in shared memory (T.alloc_shared), "
-                                  f"not a register fragment")
         if self.K % ty.k_step:
             raise TileOpError(f"T.gemm: K tile {self.K} must be a multiple of {ty.k_step} for {a.dtype} inputs")
         if threads % 32:
@@ -175,7 +176,7 @@ class GemmOp(TileOp):
         self._require_mma_sync(ctx.target)
         out = {}
         if a_frag:
-            out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn)
+            out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn, _bits(self.A.buffer))
         for r in (self.A, self.B):
             buf = r.buffer
             if is_shared(buf) and ctx.layout_map.get(buf) is None and buf not in out:
@@ -218,7 +219,9 @@ class GemmOp(TileOp):
         wm, wn = self.M // wm_n, self.N // wn_n
         mi_n, ni_n = wm // 16, wn // 8
         ty = self.types()
-        vec = 128 // tvm.DataType(str(self.A.buffer.dtype)).bits  # elements of one ldmatrix row (16 bytes)
+        # elements of one ldmatrix row (16 bytes) = a thread's A registers of one m16 x k-step tile (4 x 32 bits);
+        # its B registers of one n8 tile are half that
+        vec = 128 // tvm.DataType(str(self.A.buffer.dtype)).bits
         kstep = ty.k_step
         t = ctx.thread_var
         lane = tirx.floormod(t, 32)
@@ -226,8 +229,8 @@ class GemmOp(TileOp):
         wi = tirx.floordiv(warp, wn_n)
         wj = tirx.floormod(warp, wn_n)
         a_in_regs = is_fragment(self.A.buffer)
-        a_frag = tirx.decl_buffer((mi_n * 2 * vec,), self.A.buffer.dtype, "A_frag", scope="local")
-        b_frag = tirx.decl_buffer((ni_n * vec,), self.B.buffer.dtype, "B_frag", scope="local")
+        a_frag = tirx.decl_buffer((mi_n * vec,), self.A.buffer.dtype, "A_frag", scope="local")
+        b_frag = tirx.decl_buffer((ni_n * vec // 2,), self.B.buffer.dtype, "B_frag", scope="local")
         c_loc = ctx.remap[self.C.buffer]
         ki, mi, ni, nj = (tirx.Var(n, "int32") for n in ("ki", "mi", "ni", "nj"))
         grp = tirx.floordiv(lane, 8)
@@ -248,7 +251,7 @@ class GemmOp(TileOp):
             load_a = None
         elif not self.trans_a:
             a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16), ki * kstep + tirx.floordiv(lane, 16) * vec)
-            load_a = intrin.ldmatrix(4, False, frag_ptr(a_frag, mi * 2 * vec), a_ptr)
+            load_a = intrin.ldmatrix(4, False, frag_ptr(a_frag, mi * vec), a_ptr)
         else:
             a_ptr = smem_ptr(self.A, ki * 16 + r8 + tirx.floordiv(grp, 2) * 8, m_base + tirx.floormod(grp, 2) * 8)
             load_a = intrin.ldmatrix(4, True, frag_ptr(a_frag, mi * 8), a_ptr)
@@ -267,15 +270,16 @@ class GemmOp(TileOp):
         stmts = [] if load_a is None else [load_a]
         if ni_n // 2:
             stmts.append(tirx.For(nj, 0, ni_n // 2, tirx.ForKind.UNROLLED,
-                                  load_b(wj * wn + nj * 16, True, frag_ptr(b_frag, nj * 2 * vec))))
+                                  load_b(wj * wn + nj * 16, True, frag_ptr(b_frag, nj * vec))))
         if ni_n % 2:
-            stmts.append(load_b(wj * wn + (ni_n - 1) * 8, False, frag_ptr(b_frag, (ni_n - 1) * vec)))
+            stmts.append(load_b(wj * wn + (ni_n - 1) * 8, False, frag_ptr(b_frag, (ni_n - 1) * vec // 2)))
         if a_in_regs:  # registers of m16 tile mi, k-step ki in the fragment's local order
-            a_regs = ctx.remap[self.A.buffer].access_ptr("r", offset=(mi * (self.K // 16) + ki) * 8, extent=8)
+            a_regs = ctx.remap[self.A.buffer].access_ptr("r", offset=(mi * (self.K // kstep) + ki) * vec,
+                                                         extent=vec)
         else:
-            a_regs = a_frag.access_ptr("r", offset=mi * 2 * vec, extent=2 * vec)
+            a_regs = a_frag.access_ptr("r", offset=mi * vec, extent=vec)
         c_ptr = c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4)
-        b_regs = b_frag.access_ptr("r", offset=ni * vec, extent=vec)
+        b_regs = b_frag.access_ptr("r", offset=ni * vec // 2, extent=vec // 2)
         if ty.eight_bit:
             mma = intrin.mma_m16n8k32(ty.family, ty.ta, ty.tb, c_ptr, a_regs, b_regs)
         else:

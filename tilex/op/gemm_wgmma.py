@@ -49,7 +49,7 @@ def plan(op, threads, target):
     ty = mma_types(op.A.buffer.dtype, op.B.buffer.dtype, op.C.buffer.dtype)
     if threads % 128 or ty is None or not (a_ok and is_shared(op.B.buffer)):
         return None
-    if ty.eight_bit and (op.trans_a or not op.trans_b or is_fragment(op.A.buffer)):
+    if ty.eight_bit and (op.trans_a or not op.trans_b):
         return None
     for r in (op.A, op.B):  # operands must be whole 2-d (trailing) tiles of their buffers
         if [int(s) for s in r.buffer.shape[-2:]] != [int(e) for e in r.extents[-2:]]:
@@ -114,7 +114,7 @@ def accumulator_layout(op, p: WgmmaPlan):
 
 def a_fragment_layout(op, p: WgmmaPlan):
     """Register layout of an A fragment: the rows of each warpgroup row slab, held by that slab's wg_n warpgroups."""
-    return make_wgmma_a_fragment(op.M, op.K, p.wg_m, p.wg_n)
+    return make_wgmma_a_fragment(op.M, op.K, p.wg_m, p.wg_n, tvm.DataType(str(op.A.buffer.dtype)).bits)
 
 
 def lower(op, ctx, p: WgmmaPlan):
@@ -146,9 +146,13 @@ def lower(op, ctx, p: WgmmaPlan):
     db = desc(op.B, sb, b_kmaj, b_rows, b_coord)
     acc = c_loc.access_ptr("rw", offset=mb * (p.wn // 2) + nb * (p.n_inst // 2), extent=p.n_inst // 2)
     if a_in_regs:
-        # this thread's 8 A elements of (64-row block mb, k-step ki): see make_wgmma_a_fragment
-        a_ptr = ctx.remap[op.A.buffer].access_ptr("r", offset=(mb * (op.K // 16) + ki) * 8, extent=8)
-        inst = intrin.wgmma_rs(p.n_inst, ty.family, not b_kmaj, acc, a_ptr, db, 1)
+        # this thread's four registers of A for (64-row block mb, k-step ki): see make_wgmma_a_fragment
+        per = 128 // bits
+        a_ptr = ctx.remap[op.A.buffer].access_ptr("r", offset=(mb * (op.K // kstep) + ki) * per, extent=per)
+        if ty.eight_bit:
+            inst = intrin.wgmma_rs_8bit(p.n_inst, ty.family, ty.ta, ty.tb, acc, a_ptr, db, 1)
+        else:
+            inst = intrin.wgmma_rs(p.n_inst, ty.family, not b_kmaj, acc, a_ptr, db, 1)
     else:
         sa = wgmma_swizzle_bytes(a_rows, a_cols, bits)
         a_coord = [m_at, ki * kstep] if a_kmaj else [ki * kstep, m_at]
