@@ -8,7 +8,8 @@ float16/bfloat16 fragment laid out as T.gemm's A operand (`T.dequantize`), and m
 prepared once on the host (`prepack_weight`): the codes of every (bn x bk) tile in the order the decoding threads
 read them, so each thread loads its words with 16-byte vectors.
 
-Layouts of the prepared tensors: ``Wp`` (ceil(N / bn), ceil(K / bk), words) int32 with words = bn * bk * bits // 32
+Layouts of the prepared tensors: ``Wp`` (ceil(N / bn), ceil(K / bk), words // 32, 32) int32 with
+words = bn * bk * bits // 32
 (ragged N and K padded with code 0); scales and zeros (ceil(K / g), N) in the activation dtype (one row per group
 of g consecutive k).
 """
@@ -51,17 +52,20 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
     check_group(g, K, bk)
     n_tiles, k_tiles = -(-N // bn), -(-K // bk)  # ragged N, K: the packed weight is padded with code 0
     words = bn * bk * wt.bits // 32
+    if words % 32:
+        raise ValueError(f"quant_matmul: a ({bn}, {bk}) tile of {wt.bits}-bit codes is {words} words, not whole "
+                         f"128-byte rows; use a larger tile")
     gpt = max(bk // g, 1)  # scale rows per k-tile (rows past the last group read as zero)
     groups = -(-K // g)
     z_rows = groups if zero_point else 1
     per_channel = g >= K
 
     @T.prim_func
-    def main(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words), "int32"),
+    def main(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words // 32, 32), "int32"),
              S: T.Tensor((groups, N), act), Z: T.Tensor((z_rows, N), act), Y: T.Tensor((M, N), act)):
         with T.Kernel(n_tiles, T.ceildiv(M, bm), threads=tiles.threads) as (bx, by):
             X_s = T.alloc_shared((bm, bk), act)
-            W_s = T.alloc_shared((words,), "int32")
+            W_s = T.alloc_shared((words // 32, 32), "int32")  # 128-byte rows: one TMA tile on sm90
             S_s = T.alloc_shared((gpt, bn), act)
             Z_s = T.alloc_shared((gpt, bn), act)
             W_f = T.alloc_fragment((bn, bk), act)
@@ -69,7 +73,7 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
             T.clear(C_f)
             for k in T.Pipelined(k_tiles, num_stages=tiles.num_stages):
                 T.copy(X[by * bm, k * bk], X_s)
-                T.copy(Wp[bx, k, 0:words], W_s)
+                T.copy(Wp[bx, k, 0:words // 32, 0:32], W_s)
                 if per_channel:  # one scale per row: applied to the sums in the epilogue
                     if zero_point:
                         T.copy(Z[0, bx * bn], Z_s)
@@ -121,7 +125,7 @@ def prepack_weight(codes, wtype, tiles: QuantTiles, target, act="float16"):
     wpt = words_per_thread(frag, wt.bits)
     vec = word_vector(wpt)
     words = words.reshape(N // bn, K // bk, order.shape[0], wpt // vec, vec).transpose(2, 3)  # interleave threads
-    return words.reshape(N // bn, K // bk, -1).contiguous()
+    return words.reshape(N // bn, K // bk, -1, 32).contiguous()
 
 
 @dataclass
@@ -156,6 +160,8 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
     n, k = qw.codes.shape
     g = qw.group_size
     check_group(g, k, tiles.bk)
+    if not qw.dtype.exact_in(act):
+        raise ValueError(f"pack_weight: {qw.dtype} values do not all fit {act}; use bfloat16 activations")
     tdt = _TORCH_ACTS[act]
     codes, wt, zeros = qw.codes, qw.dtype, qw.zeros
     if wt.kind == "uint" and zeros is not None and bool((zeros == 2 ** (wt.bits - 1)).all()):

@@ -157,7 +157,8 @@ class DequantizeOp(TileOp):
                             continue
                         v = tirx.Var(f"dq_{'s' if r is self.scale else 'z'}{len(cached)}", self.out.buffer.dtype)
                         # (groups, rows) tiles, like the (K // g, N) scale tensors they come from
-                        scale_regs.append((v, ctx.load(r.buffer, [r.mins[0] + grp, r.mins[1] + row])))
+                        m = list(r.mins)
+                        scale_regs.append((v, ctx.load(r.buffer, m[:-2] + [m[-2] + grp, m[-1] + row])))
                         regs.append(v)
                     cached[key] = regs
                 s, z = cached[key]
@@ -207,12 +208,19 @@ class DequantizeOp(TileOp):
         return out
 
     def _load_words(self, ctx, words, owner, owners, wpt):
-        """words[0:wpt] = the thread's packed words, vector by vector (`word_vector`)."""
+        """words[0:wpt] = the thread's packed words, vector by vector (`word_vector`). The packed region may have
+        any shape (its elements in row-major order are the words) and layout: a vector of up to 4 words is 16-byte
+        aligned, so it stays contiguous under a swizzle and is addressed by its first word."""
         vec = word_vector(wpt)
         w, lane = tirx.Var("w", "int32"), tirx.Var("v", "int32")
-        at = (w * owners + owner) * vec + (lane if vec > 1 else 0)
-        mins = list(self.packed.mins)
-        src = ctx.load(self.packed.buffer, mins[:-1] + [mins[-1] + at])
+        flat = (w * owners + owner) * vec
+        idx, rest = [], flat
+        for m, e in reversed(list(zip(self.packed.mins, self.packed.extents))):
+            idx.append(m + tirx.floormod(rest, e))
+            rest = tirx.floordiv(rest, e)
+        phys, off = ctx.physical_index(self.packed.buffer, list(reversed(idx)))
+        at = ctx.analyzer.simplify(off[0]) + (lane if vec > 1 else 0)
+        src = tirx.BufferLoad(phys, [at])
         if dtype_of(src) != "uint32":
             src = tirx.reinterpret("uint32", src)
         body = tirx.BufferStore(words, src, [w * vec + lane] if vec > 1 else [w])
