@@ -64,3 +64,24 @@ def test_pack_weight_rejects_a_type_float16_cannot_hold():
     with pytest.raises(ValueError, match="use bfloat16"):
         ops.pack_weight(qw)
     assert str(ops.pack_weight(qw, act="bfloat16").dtype) == "float8_e6m1"
+
+
+def test_chunk_bit_table_is_the_chunk_format():
+    from tilex.ir.lowbit_chunk import pack_chunk
+    from tilex.kernels.quant_matmul import chunk_bit_table
+
+    gen = torch.Generator().manual_seed(0)
+    for bits in range(1, 9):
+        table = chunk_bit_table(bits)
+        codes = torch.randint(0, 2 ** bits, (32,), generator=gen).tolist()
+        words = [sum(((codes[e // 8] >> (e % 8)) & 1) << b for b, e in enumerate(table[w].tolist()) if e >= 0)
+                 for w in range(bits)]
+        assert words == pack_chunk(codes, bits)
+
+
+def test_prepack_program_compiles():
+    from tilex.jit import compile as compile_kernel
+    from tilex.kernels.quant_matmul import QuantTiles, prepack_program
+
+    k = compile_kernel(prepack_program(200, 300, "int3", QuantTiles(), "sm_90a"), out_idx=-1, target="sm_90a")
+    assert k.resources.spill_stores == 0

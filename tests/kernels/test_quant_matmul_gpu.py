@@ -72,3 +72,15 @@ def test_wrong_activation_is_refused():
         ops.quant_matmul(torch.randn(4, 128, device="cuda", dtype=torch.bfloat16), pw)
     with pytest.raises(ValueError, match="K = 64"):
         ops.quant_matmul(torch.randn(4, 64, device="cuda", dtype=torch.float16), pw)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("bits", [1, 3, 4, 6, 8])
+@pytest.mark.parametrize("shape", [(256, 512), (200, 300)])
+def test_prepack_kernel_matches_host_packing(bits, shape):
+    from tilex.kernels.quant_matmul import prepack_weight, prepack_weight_kernel
+
+    codes = torch.randint(0, 2 ** bits, shape, dtype=torch.uint8, device="cuda")
+    wt = f"uint{bits}"
+    tiles = QuantTiles()
+    assert torch.equal(prepack_weight_kernel(codes, wt, tiles, "sm_90a"), prepack_weight(codes, wt, tiles, "sm_90a"))

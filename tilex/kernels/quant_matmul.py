@@ -22,6 +22,7 @@ import torch
 import tilex.language as T
 from tilex import dtypes
 from tilex.jit import compile as compile_kernel
+from tilex.ir.lowbit_chunk import plane_offsets
 from tilex.quant.chunks import pack_chunks
 from tilex.op.dequantize import packed_order, word_vector, words_per_thread
 from tilex.op.gemm import GemmWarpPolicy, a_fragment_layout
@@ -108,6 +109,18 @@ def check_group(g, K, bk):
                          f"tile {bk} (or cover all of K)")
 
 
+def prepack_weight_kernel(codes, wtype, tiles: QuantTiles, target, act="float16"):
+    """`prepack_weight` on the GPU, by the tile program of `prepack_program` (codes: a CUDA tensor)."""
+    n, k = codes.shape
+    key = ("prepack", n, k, str(wtype), tiles, target, act)
+    if key not in _KERNELS:
+        _KERNELS[key] = compile_kernel(prepack_program(n, k, wtype, tiles, target, act), out_idx=-1, target=target)
+    bits = dtypes.lookup(str(wtype)).bits
+    order = torch.as_tensor(packed_order(weight_fragment(tiles, target, act)), dtype=torch.int32,
+                            device=codes.device)
+    return _KERNELS[key](codes.contiguous(), order, chunk_bit_table(bits).to(codes.device))
+
+
 def prepack_weight(codes, wtype, tiles: QuantTiles, target, act="float16"):
     """(N, K) codes (uint8, unpacked) -> Wp (ceil(N / bn), ceil(K / bk), words) int32 for `quant_matmul` (padded
     with code 0, which decodes to a finite value: padded columns meet zero activations)."""
@@ -126,6 +139,60 @@ def prepack_weight(codes, wtype, tiles: QuantTiles, target, act="float16"):
     vec = word_vector(wpt)
     words = words.reshape(N // bn, K // bk, order.shape[0], wpt // vec, vec).transpose(2, 3)  # interleave threads
     return words.reshape(N // bn, K // bk, -1, 32).contiguous()
+
+
+def chunk_bit_table(bits):
+    """(bits, 32) int32: for bit b of word w of a packed chunk (`tilex.ir.lowbit_chunk`), 8 * (code slot) + (bit
+    of that code) it holds, or -1 for a bit no code uses."""
+    table = torch.full((bits, 32), -1, dtype=torch.int32)
+    for p, o, first in plane_offsets(bits):
+        per_word = 16 // p
+        for j in range(16):
+            q, i = divmod(j, per_word)
+            for half in range(2):
+                for x in range(p):
+                    table[first + q, 16 * half + p * i + x] = 8 * (2 * j + half) + o + x
+    return table
+
+
+def prepack_program(N, K, wtype, tiles: QuantTiles, target, act="float16"):
+    """The pre-packing as a tile program: codes (N, K) uint8, the tile order (`packed_order`, (owners, L) int32)
+    and the chunk bit table (`chunk_bit_table`) -> Wp of `quant_matmul`. One block per (bn, bk) tile, one thread
+    per owner thread of the weight fragment, writing exactly the words that thread will read."""
+    wt = dtypes.lookup(str(wtype))
+    bits, bn, bk = wt.bits, tiles.bn, tiles.bk
+    frag = weight_fragment(tiles, target, act)
+    owners = frag.thread_extent // int(frag.replicate)
+    L = frag.local_size
+    wpt = words_per_thread(frag, bits)
+    vec = word_vector(wpt)
+    n_tiles, k_tiles = -(-N // bn), -(-K // bk)
+    words = bn * bk * bits // 32
+
+    @T.prim_func
+    def prepack(C: T.Tensor((N, K), "uint8"), O: T.Tensor((owners, L), "int32"), B: T.Tensor((bits, 32), "int32"),
+                W: T.Tensor((n_tiles, k_tiles, words // 32, 32), "int32")):
+        with T.Kernel(n_tiles, k_tiles, threads=owners) as (bx, by):
+            t = T.get_thread_binding()
+            codes = T.alloc_local((32,), "int32")
+            word = T.alloc_local((1,), "int32")
+            for c in T.serial(L // 32):
+                for s in T.unroll(32):
+                    r = bx * bn + O[t, c * 32 + s] // bk
+                    col = by * bk + O[t, c * 32 + s] % bk
+                    codes[s] = T.if_then_else(r < N and col < K, T.cast(C[T.min(r, N - 1), T.min(col, K - 1)],
+                                                                       "int32"), 0)
+                for wi in T.serial(bits):
+                    word[0] = 0
+                    for b in T.unroll(32):
+                        e = B[wi, b]
+                        if e >= 0:
+                            word[0] = word[0] | (((codes[e // 8] >> (e % 8)) & 1) << b)
+                    w = c * bits + wi
+                    flat = ((w // vec) * owners + t) * vec + w % vec
+                    W[bx, by, flat // 32, flat % 32] = word[0]
+
+    return prepack
 
 
 @dataclass

@@ -44,6 +44,7 @@ class Kernel:
         self.grid = grid
         self.threads = threads
         self._frames = []
+        self.thread_vars = []
 
     def __enter__(self):
         block_vars = []
@@ -53,11 +54,28 @@ class Kernel:
             self._frames.append(frame)
         for tag, ext in zip(_THREAD_TAGS, self.threads):
             frame = _ir.launch_thread(tag, ext)
-            frame.__enter__()
+            self.thread_vars.append(frame.__enter__())
             self._frames.append(frame)
+        _OPEN.append(self)
         return block_vars[0] if len(block_vars) == 1 else tuple(block_vars)
 
     def __exit__(self, *exc):
+        _OPEN.remove(self)
         for frame in reversed(self._frames):
             frame.__exit__(*exc)
         self._frames = []
+        self.thread_vars = []
+
+
+#: the T.Kernel frames being parsed, innermost last
+_OPEN: list = []
+
+
+def get_thread_binding(dim=0):
+    """The thread index (threadIdx.x for `dim` 0, .y, .z) of the enclosing T.Kernel, as in TileLang."""
+    if not _OPEN:
+        raise ValueError("T.get_thread_binding() is only valid inside `with T.Kernel(...)`")
+    tv = _OPEN[-1].thread_vars
+    if not 0 <= dim < len(tv):
+        raise ValueError(f"T.get_thread_binding({dim}): the kernel has {len(tv)} thread dimension(s)")
+    return tv[dim]
