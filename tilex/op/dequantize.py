@@ -136,7 +136,7 @@ class DequantizeOp(TileOp):
         owners = frag.thread_extent // int(frag.replicate)
         stmts = [tirx.AllocBuffer(words), self._load_words(ctx, words, owner, owners, wpt)]
         out_loc = ctx.remap[self.out.buffer]
-        pair_keys = self._pair_groups(frag, t, ctx.analyzer)
+        pair_keys = self._pair_groups(frag, t, ctx.analyzer)  # empty without a scale or zero
         cached = {}
         scale_regs = []
         for c in range(frag.local_size // CODES):
@@ -144,10 +144,7 @@ class DequantizeOp(TileOp):
                                              self.dtype.mantissa, words.access_ptr("r", offset=c * bits,
                                                                                    extent=bits),
                                              out_loc.access_ptr("w", offset=c * CODES, extent=CODES)))
-            for j in range(CODES // 2):
-                local = c * CODES + 2 * j
-                if self.scale is None and self.zero is None:
-                    continue
+            for local in range(c * CODES, (c + 1) * CODES, 2) if pair_keys else ():
                 key, (row, grp) = pair_keys[local]
                 if key not in cached:
                     regs = []
