@@ -174,8 +174,10 @@ def test_eligibility(shape, extents, ok):
     assert tma_eligible(_region(shape, extents), tile) is ok
 
 
-def test_eligibility_rejects_32_bit_and_strided():
+def test_eligibility_rejects_32_bit_floats_and_strided():
     assert not tma_eligible(_region((2, 256, 64), (1, 64, 64), "float32"), _tile(64, 64, "float32"))
+    # 32-bit integer words (packed low-bit codes) are TMA tiles: 128-byte rows of 32 words
+    assert tma_eligible(_region((2, 256, 32), (1, 64, 32), "int32"), _tile(64, 32, "int32"))
     g = tirx.decl_buffer((2, 64, 64), "float16", "G", strides=[8192, 64, 1])
     assert not tma_eligible(Region(g, [tirx.const(0, "int32")] * 3, [1, 64, 64]), _tile(64, 64))
 

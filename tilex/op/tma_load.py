@@ -105,7 +105,7 @@ def tma_eligible(src: Region, dst: Region):
 
 def tma_tile_eligible(src: Region, dst: Region):
     """Whether a global->shared tile copy can be a TMA load of a swizzled 2-d tile: a static, contiguous global
-    tensor of rank 2..5 with 8-, 16- or 32-bit data and 16-byte aligned rows (every byte stride a multiple of 16), a box that
+    tensor of rank 2..5 with 8- or 16-bit data (or 32-bit integer words) and 16-byte aligned rows (every byte stride a multiple of 16), a box that
     fits the hardware limits, and a copy region whose extents are 1 except in the last dimension (the tile's
     columns) and in one other dimension (the tile's rows; for a 2-d tensor, the first)."""
     gb = src.buffer
@@ -115,7 +115,9 @@ def tma_tile_eligible(src: Region, dst: Region):
     if not (is_global(gb) and is_shared(dst.buffer)) or not 2 <= rank <= 5 or str(gb.dtype) != str(dst.buffer.dtype):
         return False
     bits = tvm.DataType(str(gb.dtype)).bits
-    if bits not in (8, 16, 32) or any(not isinstance(s, tirx.IntImm) for s in gb.shape):
+    # 32-bit tiles: integer words only (packed low-bit codes, T.dequantize); float32 tiles keep their cp.async path
+    words = bits == 32 and str(gb.dtype) in ("int32", "uint32")
+    if not (bits in (8, 16) or words) or any(not isinstance(s, tirx.IntImm) for s in gb.shape):
         return False
     if gb.strides is not None and len(gb.strides) > 0:
         return False
