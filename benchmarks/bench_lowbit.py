@@ -58,8 +58,9 @@ TILE_CHOICES = [QuantTiles(bn=128, bk=128, threads=128, num_stages=4), QuantTile
                 QuantTiles(bn=64, bk=128, threads=128, num_stages=8)]
 
 
-def _best_quant(M, N, K, wt, g, zp, tiles_list=TILE_CHOICES, act="float16"):
-    """(best ms, tiles) of tilex.ops.quant_matmul over `tiles_list` (each packs the weight for its tile)."""
+def _best_quant(M, N, K, wt, g, zp, tiles_list=TILE_CHOICES, act="float16", splits=(1,)):
+    """(best ms, (tiles, split_k)) of tilex.ops.quant_matmul over `tiles_list` (each packs the weight for its
+    tile) and the split-K counts `splits`."""
     w = torch.randn(N, K, device="cuda", dtype=torch.float16) / K ** 0.5
     qw = quant.quantize(w, wt, group_size=g, zero_point=zp)
     x = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -67,13 +68,18 @@ def _best_quant(M, N, K, wt, g, zp, tiles_list=TILE_CHOICES, act="float16"):
     for tiles in tiles_list:
         try:
             pw = ops.pack_weight(qw, act=act, tiles=tiles)
-            ops.quant_matmul(x, pw)
-            t = _bench(lambda: ops.quant_matmul(x, pw))
-        except Exception as e:  # noqa: BLE001 - a tile that does not fit is reported, not fatal
-            print(f"  ({wt} {tiles}: {type(e).__name__}: {str(e)[:120]})")
+        except ValueError as e:
+            print(f"  ({wt} {tiles}: {e})")
             continue
-        if best is None or t < best[0]:
-            best = (t, tiles)
+        for sk in splits:
+            try:
+                ops.quant_matmul(x, pw, split_k=sk)
+                t = _bench(lambda: ops.quant_matmul(x, pw, split_k=sk))
+            except Exception as e:  # noqa: BLE001 - a tile that does not fit is reported, not fatal
+                print(f"  ({wt} {tiles} split {sk}: {type(e).__name__}: {str(e)[:120]})")
+                continue
+            if best is None or t < best[0]:
+                best = (t, (tiles, sk))
     return best
 
 
@@ -90,7 +96,7 @@ def a16w4():
         for M in (1, 16):
             t16 = _linear16(M, N, K)
             for wt, zp in (("int4", False), ("uint4", True)):
-                best = _best_quant(M, N, K, wt, 128, zp)
+                best = _best_quant(M, N, K, wt, 128, zp, splits=(1, 2, 4) if N * K <= 8192 * 8192 else (1,))
                 if best:
                     print(f"| {wt}{' +zeros' if zp else ''} g128 | {M} | {N} x {K} | {t16 * 1e3:.1f} | "
                           f"{best[0] * 1e3:.1f} | {t16 / best[0]:.2f} | {best[1]} |")

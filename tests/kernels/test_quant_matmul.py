@@ -85,3 +85,19 @@ def test_prepack_program_compiles():
 
     k = compile_kernel(prepack_program(200, 300, "int3", QuantTiles(), "sm_90a"), out_idx=-1, target="sm_90a")
     assert k.resources.spill_stores == 0
+
+
+@pytest.mark.parametrize("g", [128, 512])
+def test_split_k_program_compiles_warp_specialized(g):
+    from tilex.jit import compile as compile_kernel
+    from tilex.kernels.quant_matmul import QuantTiles, quant_matmul
+
+    k = compile_kernel(quant_matmul(16, 256, 512, "int4", g, QuantTiles(num_stages=3), split_k=2), target="sm_90a")
+    src = k.get_kernel_source()
+    assert "tma_load_4d" in src and "atomic" in src
+
+
+def test_split_k_must_be_positive():
+    pw = ops.pack_weight(quant.quantize(torch.randn(128, 128), "int4", group_size=128))
+    with pytest.raises(ValueError, match="split_k"):
+        ops.quant_matmul(torch.randn(2, 128, dtype=torch.float16), pw, split_k=0)

@@ -84,3 +84,17 @@ def test_prepack_kernel_matches_host_packing(bits, shape):
     wt = f"uint{bits}"
     tiles = QuantTiles()
     assert torch.equal(prepack_weight_kernel(codes, wt, tiles, "sm_90a"), prepack_weight(codes, wt, tiles, "sm_90a"))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("split_k,g", [(2, 128), (3, 64), (4, None)])
+def test_split_k(split_k, g):
+    N, K = 256, 1280  # 10 k tiles: the last split of 3 or 4 runs past K (zeros)
+    w = torch.randn(N, K, device="cuda") / K ** 0.5
+    qw = quant.quantize(w, "uint4", group_size=g, zero_point=True)
+    pw = ops.pack_weight(qw)
+    x = torch.randn(9, K, device="cuda", dtype=torch.float16)
+    ref = x.float() @ quant.dequantize(qw, torch.float16).float().T
+    y = ops.quant_matmul(x, pw, split_k=split_k)
+    assert y.dtype == torch.float16
+    torch.testing.assert_close(y.float(), ref, atol=4e-3 * ref.abs().max().item(), rtol=0)

@@ -45,8 +45,10 @@ def weight_fragment(tiles: QuantTiles, target, act="float16"):
 
 
 def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), act="float16", zero_point=False,
-                 target=None):
-    """The tile program: X (M, K) act, Wp (packed, see the module doc), S / Z (K // g, N) act -> Y (M, N) act."""
+                 target=None, split_k=1):
+    """The tile program: X (M, K) act, Wp (packed, see the module doc), S / Z (K // g, N) act -> Y (M, N) act.
+    With `split_k` > 1 the k tiles are shared out among `split_k` blocks per output tile (grid z), which add their
+    partial sums into a float32 Y that must hold zeros on entry (for grids much smaller than the GPU)."""
     wt = dtypes.lookup(str(wtype))
     bn, bm, bk = tiles.bn, tiles.bm, tiles.bk
     g = group_size
@@ -60,11 +62,15 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
     groups = -(-K // g)
     z_rows = groups if zero_point else 1
     per_channel = g >= K
+    if split_k < 1:
+        raise ValueError(f"quant_matmul: split_k must be >= 1, got {split_k}")
+    k_per = -(-k_tiles // split_k)  # k tiles per split (tiles past the end read as zeros)
+    out_dtype = "float32" if split_k > 1 else act
 
     @T.prim_func
     def main(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words // 32, 32), "int32"),
-             S: T.Tensor((groups, N), act), Z: T.Tensor((z_rows, N), act), Y: T.Tensor((M, N), act)):
-        with T.Kernel(n_tiles, T.ceildiv(M, bm), threads=tiles.threads) as (bx, by):
+             S: T.Tensor((groups, N), act), Z: T.Tensor((z_rows, N), act), Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(n_tiles, T.ceildiv(M, bm), split_k, threads=tiles.threads) as (bx, by, bz):
             X_s = T.alloc_shared((bm, bk), act)
             W_s = T.alloc_shared((words // 32, 32), "int32")  # 128-byte rows: one TMA tile on sm90
             S_s = T.alloc_shared((gpt, bn), act)
@@ -72,9 +78,9 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
             W_f = T.alloc_fragment((bn, bk), act)
             C_f = T.alloc_fragment((bn, bm), "float32")
             T.clear(C_f)
-            for k in T.Pipelined(k_tiles, num_stages=tiles.num_stages):
-                T.copy(X[by * bm, k * bk], X_s)
-                T.copy(Wp[bx, k, 0:words // 32, 0:32], W_s)
+            for kk in T.Pipelined(k_per, num_stages=tiles.num_stages):
+                T.copy(X[by * bm, (bz * k_per + kk) * bk], X_s)
+                T.copy(Wp[bx, bz * k_per + kk, 0:words // 32, 0:32], W_s)
                 if per_channel:  # one scale per row: applied to the sums in the epilogue
                     if zero_point:
                         T.copy(Z[0, bx * bn], Z_s)
@@ -82,17 +88,20 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
                     else:
                         T.dequantize(W_s, W_f, wt)
                 else:
-                    T.copy(S[(k * bk) // g, bx * bn], S_s)
+                    T.copy(S[((bz * k_per + kk) * bk) // g, bx * bn], S_s)
                     if zero_point:
-                        T.copy(Z[(k * bk) // g, bx * bn], Z_s)
+                        T.copy(Z[((bz * k_per + kk) * bk) // g, bx * bn], Z_s)
                         T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
                     else:
                         T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
                 T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            if per_channel:
+                for i, j in T.Parallel(bn, bm):
+                    C_f[i, j] = C_f[i, j] * T.cast(S[0, T.min(bx * bn + i, N - 1)], "float32")
             for i, j in T.Parallel(bn, bm):
                 if by * bm + j < M and bx * bn + i < N:
-                    if per_channel:
-                        Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j] * T.cast(S[0, bx * bn + i], "float32"), act)
+                    if split_k > 1:
+                        T.atomic_add(Y[by * bm + j, bx * bn + i], C_f[i, j])
                     else:
                         Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j], act)
 
@@ -251,20 +260,23 @@ def _m_tile(m):
 _KERNELS: dict = {}
 
 
-def _kernel(m, pw: PackedWeight):
+def _kernel(m, pw: PackedWeight, split_k=1):
     t = pw.tiles
     bm = _m_tile(m)
-    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.act, t, bm, pw.target)
+    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.act, t, bm, pw.target, split_k)
     if key not in _KERNELS:
         tiles = QuantTiles(t.bn, bm, t.bk, t.threads, t.num_stages if bm <= 32 else 3)
         prog = quant_matmul(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
-                            zero_point=pw.zeros is not None)
-        _KERNELS[key] = compile_kernel(prog, out_idx=-1, target=pw.target)
+                            zero_point=pw.zeros is not None, split_k=split_k)
+        # split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
+        _KERNELS[key] = compile_kernel(prog, out_idx=-1 if split_k == 1 else None, target=pw.target)
     return _KERNELS[key]
 
 
-def quant_matmul_torch(x, pw: PackedWeight):
-    """Y = x @ W^T for x (M, K) and a PackedWeight W (N, K): Y (M, N) in x's dtype."""
+def quant_matmul_torch(x, pw: PackedWeight, split_k=1):
+    """Y = x @ W^T for x (M, K) and a PackedWeight W (N, K): Y (M, N) in x's dtype. `split_k` > 1 shares each
+    output tile's K among that many blocks (float32 partial sums added atomically, then cast): for problems
+    with fewer output tiles than the GPU has multiprocessors."""
     n, k = pw.shape
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"quant_matmul: x must be a 2-d torch tensor (M, K), got "
@@ -275,6 +287,13 @@ def quant_matmul_torch(x, pw: PackedWeight):
         raise ValueError(f"quant_matmul: x is {x.dtype}, the weight was packed for {pw.act} activations")
     if x.device != pw.words.device:
         raise ValueError(f"quant_matmul: x is on {x.device}, the weight on {pw.words.device}")
+    if not isinstance(split_k, int) or split_k < 1:
+        raise ValueError(f"quant_matmul: split_k must be a positive int, got {split_k!r}")
     x = x.contiguous()
     zeros = pw.zeros if pw.zeros is not None else pw.scales[:1]
-    return _kernel(x.shape[0], pw)(x, pw.words, pw.scales, zeros)
+    kernel = _kernel(x.shape[0], pw, split_k)
+    if split_k == 1:
+        return kernel(x, pw.words, pw.scales, zeros)
+    y = torch.zeros(x.shape[0], n, device=x.device, dtype=torch.float32)
+    kernel(x, pw.words, pw.scales, zeros, y)
+    return y.to(x.dtype)
