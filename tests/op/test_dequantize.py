@@ -50,13 +50,26 @@ def test_packed_order_covers_the_tile_once():
     assert sorted(order.reshape(-1).tolist()) == list(range(128 * 128))
 
 
-@pytest.mark.parametrize("wt", ["uint4", "int4", "int3", "uint8", "int1", "float4_e2m1", "float6_e3m2",
-                                "float8_e4m3", "float8_e5m2", "float3_e1m1", "float7_e2m4"])
-@pytest.mark.parametrize("target", ["sm_90a", "sm_80"])
-def test_quant_matmul_compiles(wt, target):
-    k = tilex.compile(quant_matmul(16, 256, 512, wt, 128, QuantTiles(num_stages=3)), out_idx=-1, target=target)
+SOME_TYPES = ["uint4", "int4", "int3", "uint8", "int1", "float4_e2m1", "float6_e3m2", "float8_e4m3", "float8_e5m2",
+              "float3_e1m1", "float7_e2m4"]
+
+
+@pytest.mark.parametrize("wt", [str(t) for t in dtypes.ALL_TYPES])
+def test_quant_matmul_compiles_for_every_type(wt):
+    """Every 1-8-bit type decodes in a kernel nvcc accepts for sm_90a (float16 where the type fits, else
+    bfloat16); sm_80 below for a sample, and tests/ir/test_lowbit_header.py compiles every decoder for both."""
+    act = "float16" if dtypes.lookup(wt).exact_in("float16") else "bfloat16"
+    k = tilex.compile(quant_matmul(16, 256, 512, wt, 128, QuantTiles(num_stages=3), act=act), out_idx=-1,
+                      target="sm_90a")
+    suffix = "f16" if act == "float16" else "bf16"
+    assert f"decode_chunk_{suffix}" in k.get_kernel_source()
+
+
+@pytest.mark.parametrize("wt", SOME_TYPES)
+def test_quant_matmul_compiles_for_sm80(wt):
+    k = tilex.compile(quant_matmul(16, 256, 512, wt, 128, QuantTiles(num_stages=3)), out_idx=-1, target="sm_80")
     src = k.get_kernel_source()
-    assert "decode_chunk_f16" in src and "scale_pair_f16" in src
+    assert "decode_chunk_f16" in src and "scale_pair_f16" in src and "mma_m16n8k16" in src
 
 
 @pytest.mark.parametrize("act,g", [("bfloat16", 64), ("float16", 32)])
