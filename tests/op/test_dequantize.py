@@ -146,3 +146,22 @@ def test_ragged_weight_is_padded_with_code_zero():
     assert back[200:].eq(0).all() and back[:, 300:].eq(0).all()
     k = tilex.compile(quant_matmul(3, 200, 300, "uint4", 300, tiles), out_idx=-1, target="sm_90a")
     assert "decode_chunk_f16" in k.get_kernel_source()
+
+
+def test_scale_tile_of_the_wrong_shape_is_refused():
+    @T.prim_func
+    def main(P: T.Tensor((2048,), "int32"), S: T.Tensor((128, 1), "float16"), Y: T.Tensor((128, 16), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            P_s = T.alloc_shared((2048,), "int32")
+            S_s = T.alloc_shared((128, 1), "float16")
+            W = T.alloc_fragment((128, 128), "float16")
+            X = T.alloc_shared((16, 128), "float16")
+            C = T.alloc_fragment((128, 16), "float32")
+            T.copy(P, P_s)
+            T.copy(S, S_s)
+            T.dequantize(P_s, W, T.uint4, scale=S_s, group_size=128)
+            T.gemm(W, X, C, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(C, Y)
+
+    with pytest.raises(tilex.TileOpError, match=r"scale tile must be \(groups, rows\) = \(1, 128\)"):
+        tilex.compile(main, target="sm_90a")

@@ -121,9 +121,17 @@ class DequantizeOp(TileOp):
         if str(out.dtype) == "float16" and not self.dtype.exact_in("float16"):
             raise TileOpError(f"{self.describe()}: {self.dtype} does not fit float16 exactly; decode into "
                               f"bfloat16")
+        rows, cols = (int(x) for x in out.shape)
         for name, r in (("scale", self.scale), ("zero", self.zero)):
-            if r is not None and self.group_size <= 0:
+            if r is None:
+                continue
+            if self.group_size <= 0:
                 raise TileOpError(f"{self.describe()}: a {name} needs group_size > 0")
+            groups = -(-cols // self.group_size) if self.group_size < cols else 1
+            ext = static_shape(r.extents, f"T.dequantize {name}")
+            if len(ext) < 2 or ext[-1] != rows or ext[-2] < groups:
+                raise TileOpError(f"{self.describe()}: the {name} tile must be (groups, rows) = ({groups}, {rows}) "
+                                  f"for a {rows}x{cols} output with group_size {self.group_size}, got {ext}")
 
     def lower(self, ctx):
         frag = ctx.layout_map.get(self.out.buffer)
