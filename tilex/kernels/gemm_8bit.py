@@ -4,10 +4,14 @@
 Both operands are K-major, as the 8-bit tensor-core instructions need: A is (M, K), B is (N, K) (``B^T`` of the
 product, like ``torch._scaled_mm``'s column-major second operand and an ``nn.Linear`` weight).
 """
+import tvm
+
 import tilex.language as T
 
 #: scale shapes: one float32 for the whole tensor, or one per row of A / per column of C (row of B)
 SCALE_KINDS = ("tensor", "row")
+#: shared memory a block may use on sm_90 (227 KB), less room for the pipeline's barriers
+SHARED_BUDGET = 227 * 1024 - 1024
 
 
 def scaled_matmul(M, N, K, in_dtype="float8_e4m3fn", b_dtype=None, out_dtype="bfloat16", scale_a="tensor",
@@ -25,6 +29,11 @@ def scaled_matmul(M, N, K, in_dtype="float8_e4m3fn", b_dtype=None, out_dtype="bf
     sa_len = M if scale_a == "row" else 1
     sb_len = N if scale_b == "row" else 1
     cb = c_block if 0 < c_block < bn else bn
+    if stage_c and c_block == 0:  # the widest column block that leaves the pipeline its shared memory
+        in_bytes = num_stages * (bm + bn) * bk  # the 8-bit operand tiles of every stage
+        out_bytes = tvm.DataType(out_dtype).bits // 8
+        while cb > 32 and in_bytes + bm * cb * out_bytes > SHARED_BUDGET:
+            cb //= 2
     a_row = scale_a == "row"
     b_row = scale_b == "row"
 
