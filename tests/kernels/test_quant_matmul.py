@@ -8,8 +8,8 @@ from tilex import ops, quant  # noqa: E402
 
 def test_pack_weight_shapes():
     qw = quant.quantize(torch.randn(256, 512), "uint4", group_size=64, zero_point=True)
-    pw = ops.pack_weight(qw, act="bfloat16")
-    assert pw.words.shape == (2, 4, 128 * 128 * 4 // 1024, 32) and pw.words.dtype == torch.int32
+    pw = ops.pack_weight(qw, act="bfloat16")  # the default tile: 64 rows x 256 k
+    assert pw.words.shape == (4, 2, 64 * 256 * 4 // 1024, 32) and pw.words.dtype == torch.int32
     assert pw.scales.shape == (8, 256) and pw.scales.dtype == torch.bfloat16
     assert pw.zeros.shape == (8, 256)
 
@@ -22,7 +22,7 @@ def test_pack_weight_rejects_groups_across_tiles():
 
 def test_pack_weight_pads_ragged_weights():
     pw = ops.pack_weight(quant.quantize(torch.randn(200, 300), "int4", group_size=None))
-    assert pw.words.shape == (2, 3, 128 * 128 * 4 // 1024, 32) and pw.scales.shape == (1, 200)
+    assert pw.words.shape == (4, 2, 64 * 256 * 4 // 1024, 32) and pw.scales.shape == (1, 200)
 
 
 def test_quant_matmul_rejects_bad_x():

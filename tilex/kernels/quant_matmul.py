@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 
 import tilex.language as T
-from tilex import dtypes
+from tilex import dtypes, env
+from tilex.ir.hardware import num_sms
 from tilex.jit import compile as compile_kernel
 from tilex.ir.lowbit_chunk import plane_offsets
 from tilex.quant.chunks import pack_chunks
@@ -227,12 +228,26 @@ class PackedWeight:
 _TORCH_ACTS = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+def default_tiles(n, k, group_size, target):
+    """The block tile `pack_weight` packs an (n, k) weight for: 256 k per block, and 128 weight rows when that
+    still gives every multiprocessor two blocks, else 64 (an 8192-row weight: 128 blocks). On an H100 these were
+    the fastest of the tiles tried for A16W4 at M = 16 (benchmarks/README.md). K below 256, or groups that do
+    not tile 256, take the 128 x 128 tile."""
+    fits = k >= 256 and (group_size >= k or 256 % group_size == 0 or group_size % 256 == 0)
+    if not fits:
+        return QuantTiles()
+    if -(-n // 128) >= 2 * num_sms(env.normalize_arch(str(target))):
+        return QuantTiles(bn=128, bk=256, threads=128, num_stages=3)
+    return QuantTiles(bn=64, bk=256, threads=128, num_stages=4)
+
+
 def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_90a") -> PackedWeight:
     """A `tilex.quant.QuantizedWeight` (codes (N, K), scales / zeros (N, K // g)) -> a PackedWeight for
-    activations of `act` on `target`."""
+    activations of `act` on `target`, packed for `tiles` (default `default_tiles`)."""
     if act not in _TORCH_ACTS:
         raise ValueError(f"pack_weight: activations are float16 or bfloat16, got {act!r}")
-    tiles = tiles or QuantTiles()
+    if tiles is None:
+        tiles = default_tiles(*qw.codes.shape, qw.group_size, target)
     n, k = qw.codes.shape
     g = qw.group_size
     check_group(g, k, tiles.bk)
