@@ -104,7 +104,7 @@ def a16w4():
 
 def types():
     """Every weight type at M = 16 (symmetric; uint with zero-points), kernels compiled in parallel first."""
-    from tilex.kernels.quant_matmul import _kernel
+    from tilex.ops.quant import _kernel
 
     M, N, K = 16, 57344, 8192
     t16 = _linear16(M, N, K)

@@ -78,7 +78,8 @@ def test_wrong_activation_is_refused():
 @pytest.mark.parametrize("bits", [1, 3, 4, 6, 8])
 @pytest.mark.parametrize("shape", [(256, 512), (200, 300)])
 def test_prepack_kernel_matches_host_packing(bits, shape):
-    from tilex.kernels.quant_matmul import prepack_weight, prepack_weight_kernel
+    from tilex.kernels.quant_matmul import prepack_weight
+    from tilex.ops.quant import prepack_weight_kernel
 
     codes = torch.randint(0, 2 ** bits, shape, dtype=torch.uint8, device="cuda")
     wt = f"uint{bits}"

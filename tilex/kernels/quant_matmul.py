@@ -5,13 +5,13 @@ Each block computes a (bn x bm) tile of Y^T = W X^T, so the weight is the A oper
 be decoded straight into registers: per k-tile it stages the packed words of its (bn x bk) weight tile, the scales
 (and zeros) of that tile and a (bm x bk) tile of X in shared memory (pipelined copies), decodes the words into a
 float16/bfloat16 fragment laid out as T.gemm's A operand (`T.dequantize`), and multiplies. The packed weight is
-prepared once on the host (`prepack_weight`): the codes of every (bn x bk) tile in the order the decoding threads
-read them, so each thread loads its words with 16-byte vectors.
+prepared once (`prepack_weight` with torch, or the tile program `prepack_program`): the codes of every (bn x bk)
+tile in the order the decoding threads read them, so each thread loads its words with 16-byte vectors.
+`tilex.ops.quant` wraps these programs for torch tensors (`pack_weight`, `quant_matmul`).
 
 Layouts of the prepared tensors: ``Wp`` (ceil(N / bn), ceil(K / bk), words // 32, 32) int32 with
-words = bn * bk * bits // 32
-(ragged N and K padded with code 0); scales and zeros (ceil(K / g), N) in the activation dtype (one row per group
-of g consecutive k).
+words = bn * bk * bits // 32 (ragged N and K padded with code 0); scales and zeros (ceil(K / g), N) in the
+activation dtype (one row per group of g consecutive k).
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import torch
 import tilex.language as T
 from tilex import dtypes, env
 from tilex.ir.hardware import num_sms
-from tilex.jit import compile as compile_kernel
 from tilex.ir.lowbit_chunk import plane_offsets
 from tilex.quant.chunks import pack_chunks
 from tilex.op.dequantize import packed_order, word_vector, words_per_thread
@@ -119,18 +118,6 @@ def check_group(g, K, bk):
                          f"tile {bk} (or cover all of K)")
 
 
-def prepack_weight_kernel(codes, wtype, tiles: QuantTiles, target, act="float16"):
-    """`prepack_weight` on the GPU, by the tile program of `prepack_program` (codes: a CUDA tensor)."""
-    n, k = codes.shape
-    key = ("prepack", n, k, str(wtype), tiles, target, act)
-    if key not in _KERNELS:
-        _KERNELS[key] = compile_kernel(prepack_program(n, k, wtype, tiles, target, act), out_idx=-1, target=target)
-    bits = dtypes.lookup(str(wtype)).bits
-    order = torch.as_tensor(packed_order(weight_fragment(tiles, target, act)), dtype=torch.int32,
-                            device=codes.device)
-    return _KERNELS[key](codes.contiguous(), order, chunk_bit_table(bits).to(codes.device))
-
-
 def prepack_weight(codes, wtype, tiles: QuantTiles, target, act="float16"):
     """(N, K) codes (uint8, unpacked) -> Wp (ceil(N / bn), ceil(K / bk), words) int32 for `quant_matmul` (padded
     with code 0, which decodes to a finite value: padded columns meet zero activations)."""
@@ -205,29 +192,6 @@ def prepack_program(N, K, wtype, tiles: QuantTiles, target, act="float16"):
     return prepack
 
 
-@dataclass
-class PackedWeight:
-    """A low-bit weight (N, K) ready for `quant_matmul_torch`: pre-packed words, scales and zeros as (K // g, N)
-    tensors of the activation dtype, and the block tile the words were packed for."""
-
-    words: torch.Tensor
-    scales: torch.Tensor
-    zeros: torch.Tensor | None
-    dtype: dtypes.LowBitType
-    group_size: int
-    shape: tuple
-    tiles: QuantTiles
-    act: str
-    target: str
-
-    @property
-    def nbytes(self) -> int:
-        return self.words.numel() * 4 + self.scales.numel() * 2 + (0 if self.zeros is None else self.zeros.numel() * 2)
-
-
-_TORCH_ACTS = {"float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 def default_tiles(n, k, group_size, target):
     """The block tile `pack_weight` packs an (n, k) weight for: 256 k per block, and 128 weight rows when that
     still gives every multiprocessor two blocks, else 64 (an 8192-row weight: 128 blocks). On an H100 these were
@@ -239,76 +203,3 @@ def default_tiles(n, k, group_size, target):
     if -(-n // 128) >= 2 * num_sms(env.normalize_arch(str(target))):
         return QuantTiles(bn=128, bk=256, threads=128, num_stages=3)
     return QuantTiles(bn=64, bk=256, threads=128, num_stages=4)
-
-
-def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_90a") -> PackedWeight:
-    """A `tilex.quant.QuantizedWeight` (codes (N, K), scales / zeros (N, K // g)) -> a PackedWeight for
-    activations of `act` on `target`, packed for `tiles` (default `default_tiles`)."""
-    if act not in _TORCH_ACTS:
-        raise ValueError(f"pack_weight: activations are float16 or bfloat16, got {act!r}")
-    if tiles is None:
-        tiles = default_tiles(*qw.codes.shape, qw.group_size, target)
-    n, k = qw.codes.shape
-    g = qw.group_size
-    check_group(g, k, tiles.bk)
-    if not qw.dtype.exact_in(act):
-        raise ValueError(f"pack_weight: {qw.dtype} values do not all fit {act}; use bfloat16 activations")
-    tdt = _TORCH_ACTS[act]
-    codes, wt, zeros = qw.codes, qw.dtype, qw.zeros
-    if wt.kind == "uint" and zeros is not None and bool((zeros == 2 ** (wt.bits - 1)).all()):
-        # offset binary around the middle code is the signed type with the top bit flipped: decode it as such
-        # and skip the zero-point subtraction (exact: code - 2^(b-1) == two's complement of code ^ 2^(b-1))
-        codes, wt, zeros = codes ^ (1 << (wt.bits - 1)), dtypes.int_type(wt.bits, signed=True), None
-    words = prepack_weight(codes, wt, tiles, target, act)
-    zeros = None if zeros is None else zeros.T.to(tdt).contiguous()
-    return PackedWeight(words, qw.scales.T.to(tdt).contiguous(), zeros, wt, g, (n, k), tiles, act, target)
-
-
-def _m_tile(m):
-    """Rows of X per block: the smallest MMA-friendly tile holding M, at most 128."""
-    for bm in (16, 32, 64):
-        if m <= bm:
-            return bm
-    return 128
-
-
-_KERNELS: dict = {}
-
-
-def _kernel(m, pw: PackedWeight, split_k=1):
-    t = pw.tiles
-    bm = _m_tile(m)
-    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.act, t, bm, pw.target, split_k)
-    if key not in _KERNELS:
-        tiles = QuantTiles(t.bn, bm, t.bk, t.threads, t.num_stages if bm <= 32 else 3)
-        prog = quant_matmul(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
-                            zero_point=pw.zeros is not None, split_k=split_k)
-        # split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
-        _KERNELS[key] = compile_kernel(prog, out_idx=-1 if split_k == 1 else None, target=pw.target)
-    return _KERNELS[key]
-
-
-def quant_matmul_torch(x, pw: PackedWeight, split_k=1):
-    """Y = x @ W^T for x (M, K) and a PackedWeight W (N, K): Y (M, N) in x's dtype. `split_k` > 1 shares each
-    output tile's K among that many blocks (float32 partial sums added atomically, then cast): for problems
-    with fewer output tiles than the GPU has multiprocessors."""
-    n, k = pw.shape
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise ValueError(f"quant_matmul: x must be a 2-d torch tensor (M, K), got "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
-    if x.shape[1] != k:
-        raise ValueError(f"quant_matmul: x has K = {x.shape[1]}, the weight has K = {k}")
-    if x.dtype != _TORCH_ACTS[pw.act]:
-        raise ValueError(f"quant_matmul: x is {x.dtype}, the weight was packed for {pw.act} activations")
-    if x.device != pw.words.device:
-        raise ValueError(f"quant_matmul: x is on {x.device}, the weight on {pw.words.device}")
-    if not isinstance(split_k, int) or split_k < 1:
-        raise ValueError(f"quant_matmul: split_k must be a positive int, got {split_k!r}")
-    x = x.contiguous()
-    zeros = pw.zeros if pw.zeros is not None else pw.scales[:1]
-    kernel = _kernel(x.shape[0], pw, split_k)
-    if split_k == 1:
-        return kernel(x, pw.words, pw.scales, zeros)
-    y = torch.zeros(x.shape[0], n, device=x.device, dtype=torch.float32)
-    kernel(x, pw.words, pw.scales, zeros, y)
-    return y.to(x.dtype)

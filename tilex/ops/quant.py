@@ -4,7 +4,127 @@ scales, optional zero-points), decoded in registers by the A16Wx program of :mod
     qw = tilex.quant.quantize(weight, "int4", group_size=128)      # weight (N, K), as nn.Linear stores it
     pw = tilex.ops.pack_weight(qw)                                 # once: pre-packed for the kernel
     y = tilex.ops.quant_matmul(x, pw)                              # x (M, K) float16 / bfloat16
-"""
-from tilex.kernels.quant_matmul import PackedWeight, pack_weight, quant_matmul_torch as quant_matmul
 
-__all__ = ["PackedWeight", "pack_weight", "quant_matmul"]
+Kernels are compiled per (M tile, weight, split) on first use and kept in this module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tilex import dtypes
+from tilex.jit import compile as compile_kernel
+from tilex.kernels.quant_matmul import (QuantTiles, check_group, chunk_bit_table, default_tiles, prepack_program,
+                                        prepack_weight, quant_matmul as quant_matmul_program, weight_fragment)
+from tilex.op.dequantize import packed_order
+
+__all__ = ["PackedWeight", "pack_weight", "quant_matmul", "prepack_weight_kernel"]
+
+
+def prepack_weight_kernel(codes, wtype, tiles: QuantTiles, target, act="float16"):
+    """`prepack_weight` on the GPU, by the tile program of `prepack_program` (codes: a CUDA tensor)."""
+    n, k = codes.shape
+    key = ("prepack", n, k, str(wtype), tiles, target, act)
+    if key not in _KERNELS:
+        _KERNELS[key] = compile_kernel(prepack_program(n, k, wtype, tiles, target, act), out_idx=-1, target=target)
+    bits = dtypes.lookup(str(wtype)).bits
+    order = torch.as_tensor(packed_order(weight_fragment(tiles, target, act)), dtype=torch.int32,
+                            device=codes.device)
+    return _KERNELS[key](codes.contiguous(), order, chunk_bit_table(bits).to(codes.device))
+
+
+@dataclass
+class PackedWeight:
+    """A low-bit weight (N, K) ready for `quant_matmul_torch`: pre-packed words, scales and zeros as (K // g, N)
+    tensors of the activation dtype, and the block tile the words were packed for."""
+
+    words: torch.Tensor
+    scales: torch.Tensor
+    zeros: torch.Tensor | None
+    dtype: dtypes.LowBitType
+    group_size: int
+    shape: tuple
+    tiles: QuantTiles
+    act: str
+    target: str
+
+    @property
+    def nbytes(self) -> int:
+        return self.words.numel() * 4 + self.scales.numel() * 2 + (0 if self.zeros is None else self.zeros.numel() * 2)
+
+
+_TORCH_ACTS = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_90a") -> PackedWeight:
+    """A `tilex.quant.QuantizedWeight` (codes (N, K), scales / zeros (N, K // g)) -> a PackedWeight for
+    activations of `act` on `target`, packed for `tiles` (default `default_tiles`)."""
+    if act not in _TORCH_ACTS:
+        raise ValueError(f"pack_weight: activations are float16 or bfloat16, got {act!r}")
+    if tiles is None:
+        tiles = default_tiles(*qw.codes.shape, qw.group_size, target)
+    n, k = qw.codes.shape
+    g = qw.group_size
+    check_group(g, k, tiles.bk)
+    if not qw.dtype.exact_in(act):
+        raise ValueError(f"pack_weight: {qw.dtype} values do not all fit {act}; use bfloat16 activations")
+    tdt = _TORCH_ACTS[act]
+    codes, wt, zeros = qw.codes, qw.dtype, qw.zeros
+    if wt.kind == "uint" and zeros is not None and bool((zeros == 2 ** (wt.bits - 1)).all()):
+        # offset binary around the middle code is the signed type with the top bit flipped: decode it as such
+        # and skip the zero-point subtraction (exact: code - 2^(b-1) == two's complement of code ^ 2^(b-1))
+        codes, wt, zeros = codes ^ (1 << (wt.bits - 1)), dtypes.int_type(wt.bits, signed=True), None
+    words = prepack_weight(codes, wt, tiles, target, act)
+    zeros = None if zeros is None else zeros.T.to(tdt).contiguous()
+    return PackedWeight(words, qw.scales.T.to(tdt).contiguous(), zeros, wt, g, (n, k), tiles, act, target)
+
+
+def _m_tile(m):
+    """Rows of X per block: the smallest MMA-friendly tile holding M, at most 128."""
+    for bm in (16, 32, 64):
+        if m <= bm:
+            return bm
+    return 128
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(m, pw: PackedWeight, split_k=1):
+    t = pw.tiles
+    bm = _m_tile(m)
+    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.act, t, bm, pw.target, split_k)
+    if key not in _KERNELS:
+        tiles = QuantTiles(t.bn, bm, t.bk, t.threads, t.num_stages if bm <= 32 else 3)
+        prog = quant_matmul_program(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
+                            zero_point=pw.zeros is not None, split_k=split_k)
+        # split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
+        _KERNELS[key] = compile_kernel(prog, out_idx=-1 if split_k == 1 else None, target=pw.target)
+    return _KERNELS[key]
+
+
+def quant_matmul(x, pw: PackedWeight, split_k=1):
+    """Y = x @ W^T for x (M, K) and a PackedWeight W (N, K): Y (M, N) in x's dtype. `split_k` > 1 shares each
+    output tile's K among that many blocks (float32 partial sums added atomically, then cast): for problems
+    with fewer output tiles than the GPU has multiprocessors."""
+    n, k = pw.shape
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        raise ValueError(f"quant_matmul: x must be a 2-d torch tensor (M, K), got "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    if x.shape[1] != k:
+        raise ValueError(f"quant_matmul: x has K = {x.shape[1]}, the weight has K = {k}")
+    if x.dtype != _TORCH_ACTS[pw.act]:
+        raise ValueError(f"quant_matmul: x is {x.dtype}, the weight was packed for {pw.act} activations")
+    if x.device != pw.words.device:
+        raise ValueError(f"quant_matmul: x is on {x.device}, the weight on {pw.words.device}")
+    if not isinstance(split_k, int) or split_k < 1:
+        raise ValueError(f"quant_matmul: split_k must be a positive int, got {split_k!r}")
+    x = x.contiguous()
+    zeros = pw.zeros if pw.zeros is not None else pw.scales[:1]
+    kernel = _kernel(x.shape[0], pw, split_k)
+    if split_k == 1:
+        return kernel(x, pw.words, pw.scales, zeros)
+    y = torch.zeros(x.shape[0], n, device=x.device, dtype=torch.float32)
+    kernel(x, pw.words, pw.scales, zeros, y)
+    return y.to(x.dtype)
