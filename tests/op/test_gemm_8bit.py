@@ -103,3 +103,11 @@ def test_8bit_a_fragment_layout():
             want = [(g + 8 * (x // 4 % 2), 4 * t + x % 4 + 16 * (x // 8)) for x in range(16)]
             got = [tuple(int(v) for v in frag.inverse().map([lane, x])[:2]) for x in range(16)]
             assert got == want
+
+
+def test_scaled_matmul_stages_a_float32_c_in_column_blocks():
+    """A float32 C tile (128 KB at 128x256) beside 3 stages of 8-bit operands (144 KB) would exceed shared memory:
+    the epilogue stages it in narrower column blocks instead (the default bf16 C stays whole)."""
+    k = tilex.compile(scaled_matmul(256, 512, 1024, in_dtype="int8", out_dtype="float32", scale_a="row",
+                                    scale_b="row"), out_idx=-1, target="sm_90a")
+    assert "wgmma_m64n256k32_i8" in k.get_kernel_source()  # compiled: the block fits in shared memory
