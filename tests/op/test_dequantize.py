@@ -165,3 +165,15 @@ def test_scale_tile_of_the_wrong_shape_is_refused():
 
     with pytest.raises(tilex.TileOpError, match=r"scale tile must be \(groups, rows\) = \(1, 128\)"):
         tilex.compile(main, target="sm_90a")
+
+
+@pytest.mark.parametrize("dtype,want", [(T.int8, (1, 8, 0, 0)), (T.uint8, (0, 8, 0, 0)), (T.float8_e4m3, (2, 8, 4, 3)),
+                                        (T.float8_e5m2, (2, 8, 5, 2)), (T.float4_e2m1fn, (2, 4, 2, 1)),
+                                        (T.uint4, (0, 4, 0, 0)), ("int3", (1, 3, 0, 0))])
+def test_dequantize_takes_tvmscript_and_tilex_dtypes(dtype, want):
+    """TVMScript's dtype constructors (T.int8, T.float8_e4m3, ...) name the same types as tilex.dtypes."""
+    import tvm
+
+    call = T.dequantize(tvm.tirx.decl_buffer((512,), "int32", "P"), tvm.tirx.decl_buffer((128, 128), "float16", "W"),
+                        dtype)
+    assert tuple(int(a.value) for a in call.args[4:8]) == want

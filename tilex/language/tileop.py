@@ -105,12 +105,14 @@ def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0):
     ``scale[j // group_size, i]`` (the layout of (K // g, N) scale tensors).
     """
     api = "T.dequantize"
+    # TVMScript's dtype constructors (T.int8, T.float8_e4m3, ...) name their dtype in `_dtype_str`
+    name = getattr(dtype, "_dtype_str", None) or str(dtype)
     try:
-        lowbit.lookup(str(dtype))
+        lowbit.lookup(name)
     except ValueError as e:
         raise ValueError(f"{api}: {e}") from None
     group_size = as_int(api, "group_size", group_size, minimum=0)
-    return dequantize_call(packed, out, dtype, scale, zero, group_size)
+    return dequantize_call(packed, out, name, scale, zero, group_size)
 
 
 def fill(buffer, value, annotations=None):
