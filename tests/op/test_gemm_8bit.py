@@ -111,3 +111,20 @@ def test_scaled_matmul_stages_a_float32_c_in_column_blocks():
     k = tilex.compile(scaled_matmul(256, 512, 1024, in_dtype="int8", out_dtype="float32", scale_a="row",
                                     scale_b="row"), out_idx=-1, target="sm_90a")
     assert "wgmma_m64n256k32_i8" in k.get_kernel_source()  # compiled: the block fits in shared memory
+
+
+def test_tilelang_float8_spellings_compile():
+    """TileLang programs spell e4m3 "float8_e4m3" or T.float8_e4m3; TVM's CUDA codegen knows only e4m3fn."""
+    for spelling in ("float8_e4m3", T.float8_e4m3):
+        @T.prim_func
+        def main(A: T.Tensor((128, 64), spelling), B: T.Tensor((128, 64), spelling), C: T.Tensor((128, 128), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                A_s = T.alloc_shared((128, 64), spelling)
+                B_s = T.alloc_shared((128, 64), spelling)
+                C_l = T.alloc_fragment((128, 128), "float32")
+                T.copy(A, A_s)
+                T.copy(B, B_s)
+                T.gemm(A_s, B_s, C_l, transpose_B=True, clear_accum=True)
+                T.copy(C_l, C)
+
+        assert "wgmma_m64n128k32_f8<0, 0>" in tilex.compile(main, out_idx=-1, target="sm_90a").get_kernel_source()

@@ -6,5 +6,6 @@ ALIASES = {"float8_e4m3": "float8_e4m3fn"}
 
 
 def canonical_dtype(dtype):
-    """`dtype` with TileLang's aliases resolved (anything else unchanged)."""
-    return ALIASES.get(str(dtype), dtype)
+    """`dtype` with TileLang's aliases resolved (anything else unchanged); TVMScript's dtype constructors
+    (``T.float8_e4m3``) name their dtype in ``_dtype_str``."""
+    return ALIASES.get(getattr(dtype, "_dtype_str", None) or str(dtype), dtype)
