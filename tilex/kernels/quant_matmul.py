@@ -45,7 +45,7 @@ def weight_fragment(tiles: QuantTiles, target, act="float16"):
 
 
 def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), act="float16", zero_point=False,
-                 target=None, split_k=1):
+                 split_k=1):
     """The tile program: X (M, K) act, Wp (packed, see the module doc), S / Z (K // g, N) act -> Y (M, N) act.
     With `split_k` > 1 the k tiles are shared out among `split_k` blocks per output tile (grid z), which add their
     partial sums into a float32 Y that must hold zeros on entry (for grids much smaller than the GPU)."""

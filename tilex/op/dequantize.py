@@ -30,13 +30,10 @@ from tilex.op.partition import static_shape
 from tilex.op.region import READ, WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
 
-_KIND = {"uint": 0, "int": 1, "float": 2}
-
-
 def dequantize_call(packed, out, dtype, scale=None, zero=None, group_size=0):
     t = dtypes.lookup(str(dtype))
     regions = [to_region(packed).to_call(READ), to_region(out).to_call(WRITE)]
-    args = [_KIND[t.kind], t.bits, t.exponent, t.mantissa, int(group_size)]
+    args = [intrin.LOWBIT_KINDS[t.kind], t.bits, t.exponent, t.mantissa, int(group_size)]
     for r in (scale, zero):
         regions.append(to_region(r).to_call(READ) if r is not None else tirx.const(0, "int32"))
     return tirx.call_intrin("handle", "tilex.dequantize", *regions, *args)
@@ -79,7 +76,7 @@ class DequantizeOp(TileOp):
     def __init__(self, packed: Region, out: Region, kind, bits, exponent, mantissa, group_size, scale=None,
                  zero=None):
         self.packed, self.out, self.scale, self.zero = packed, out, scale, zero
-        kind_name = {v: k for k, v in _KIND.items()}[int(kind)]
+        kind_name = {v: k for k, v in intrin.LOWBIT_KINDS.items()}[int(kind)]
         if kind_name == "float":
             self.dtype = dtypes.float_type(int(exponent), int(mantissa))
         else:

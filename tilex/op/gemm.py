@@ -17,6 +17,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
+from tilex.ir.visit import bits
 from tilex.ir.hardware import LDMATRIX, MMA_SYNC, MMA_SYNC_FP8, supports, unsupported_message
 from tilex.layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
 from tilex.op import gemm_wgmma
@@ -67,10 +68,6 @@ def partition_warps(m, n, num_warps, policy=GemmWarpPolicy.Square):
     return min(options, key=lambda o: (abs(m // o[0] - n // o[1]), -o[0]))
 
 
-def _bits(buffer):
-    return tvm.DataType(str(buffer.dtype)).bits
-
-
 def a_fragment_layout(m, n, k, threads, target, policy=GemmWarpPolicy.Square, dtype="float16",
                       transpose_B=True):
     """The Fragment T.gemm gives an (m, k) A operand held in registers, for an (m, n) C tile computed by `threads`
@@ -84,7 +81,7 @@ def a_fragment_layout(m, n, k, threads, target, policy=GemmWarpPolicy.Square, dt
     wg = gemm_wgmma.plan(op, threads, target)
     if wg is not None:
         return gemm_wgmma.a_fragment_layout(op, wg)
-    return make_mma_a_fragment(m, k, wm, wn, _bits(a))
+    return make_mma_a_fragment(m, k, wm, wn, bits(a.dtype))
 
 
 @register_tile_op("tilex.gemm")
@@ -176,7 +173,7 @@ class GemmOp(TileOp):
         self._require_mma_sync(ctx.target)
         out = {}
         if a_frag:
-            out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn, _bits(self.A.buffer))
+            out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn, bits(self.A.buffer.dtype))
         for r in (self.A, self.B):
             buf = r.buffer
             if is_shared(buf) and ctx.layout_map.get(buf) is None and buf not in out:
@@ -221,7 +218,7 @@ class GemmOp(TileOp):
         ty = self.types()
         # elements of one ldmatrix row (16 bytes) = a thread's A registers of one m16 x k-step tile (4 x 32 bits);
         # its B registers of one n8 tile are half that
-        vec = 128 // tvm.DataType(str(self.A.buffer.dtype)).bits
+        vec = 128 // bits(self.A.buffer.dtype)
         kstep = ty.k_step
         t = ctx.thread_var
         lane = tirx.floormod(t, 32)

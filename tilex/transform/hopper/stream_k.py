@@ -22,6 +22,7 @@ from tilex import config
 from tilex.ir import intrin
 from tilex.ir.shared_memory import buffer_bits
 from tilex.ir.visit import buffers_used, is_op_call, seq_items, walk
+from tilex.transform.pipeline.analysis import written_shared
 
 
 @dataclass(frozen=True)
@@ -77,16 +78,10 @@ def _only_if(stmt, cond):
         return stmt
     if isinstance(stmt, tirx.SeqStmt):
         return tirx.SeqStmt([_only_if(s, cond) for s in stmt])
-    if isinstance(stmt, tirx.For) and _writes_shared(stmt.body):
+    if isinstance(stmt, tirx.For) and written_shared(stmt.body):
         return tirx.For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, _only_if(stmt.body, cond),
                         stmt.thread_binding, stmt.annotations)
     return tirx.IfThenElse(cond, stmt, None)
-
-
-def _writes_shared(stmt):
-    found = []
-    walk(stmt, (tirx.BufferStore, lambda n: found.append(n) if n.buffer.scope().startswith("shared") else None))
-    return bool(found)
 
 
 def _local_buffers(stmt):
