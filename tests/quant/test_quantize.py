@@ -64,16 +64,21 @@ def check_layout(qw, w, t, g, zero_point):
     assert torch.equal(quant.dequantize(qw, torch.float32), manual * expand(qw.scales, g))
 
 
-@pytest.mark.parametrize("zero_point", [False, True])
-@pytest.mark.parametrize("group_size", GROUPS)
-@pytest.mark.parametrize("name", INT_TYPES)
-def test_int_types(name, group_size, zero_point):
+def quantized(name, group_size, zero_point):
+    """(type, weight, its QuantizedWeight with the layout checked, group size, weight split into groups)."""
     t = dtypes.lookup(name)
     w = weight()
     qw = quant.quantize(w, t, group_size, zero_point=zero_point)
     g = w.shape[1] if group_size is None else group_size
     check_layout(qw, w, t, g, zero_point)
-    groups = w.reshape(w.shape[0], -1, g)
+    return t, w, qw, g, w.reshape(w.shape[0], -1, g)
+
+
+@pytest.mark.parametrize("zero_point", [False, True])
+@pytest.mark.parametrize("group_size", GROUPS)
+@pytest.mark.parametrize("name", INT_TYPES)
+def test_int_types(name, group_size, zero_point):
+    t, w, qw, g, groups = quantized(name, group_size, zero_point)
     scales = qw.scales.float()
     if zero_point:
         lo, hi = groups.amin(-1).clamp(max=0), groups.amax(-1).clamp(min=0)
@@ -95,12 +100,7 @@ def test_int_types(name, group_size, zero_point):
 @pytest.mark.parametrize("group_size", GROUPS)
 @pytest.mark.parametrize("name", FLOAT_TYPES)
 def test_float_types(name, group_size, zero_point):
-    t = dtypes.lookup(name)
-    w = weight()
-    qw = quant.quantize(w, t, group_size, zero_point=zero_point)
-    g = w.shape[1] if group_size is None else group_size
-    check_layout(qw, w, t, g, zero_point)
-    groups = w.reshape(w.shape[0], -1, g)
+    t, w, qw, g, groups = quantized(name, group_size, zero_point)
     if zero_point:
         lo, hi = groups.amin(-1), groups.amax(-1)
         ideal, mid = (hi - lo) / 2 / t.max_value, (hi + lo) / 2

@@ -14,6 +14,21 @@ SCALE_KINDS = ("tensor", "row")
 SHARED_BUDGET = 227 * 1024 - 1024
 
 
+def k_major_mainloop(K, bm, bn, bk, num_stages):
+    """The main loop both programs share: C_l = A @ B^T over K for block (bx, by), K-major tiles of A (bm, bk)
+    and B (bn, bk) staged in shared memory by a pipelined loop."""
+
+    @T.macro
+    def mainloop(A, B, A_s, B_s, C_l, bx, by):
+        T.clear(C_l)
+        for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
+            T.copy(A[by * bm, k * bk], A_s)
+            T.copy(B[bx * bn, k * bk], B_s)
+            T.gemm(A_s, B_s, C_l, transpose_B=True)
+
+    return mainloop
+
+
 def scaled_matmul(M, N, K, in_dtype="float8_e4m3fn", b_dtype=None, out_dtype="bfloat16", scale_a="tensor",
                   scale_b="tensor", bm=128, bn=256, bk=128, num_stages=3, threads=256, swizzle=8, stage_c=True,
                   c_block=0):
@@ -36,6 +51,7 @@ def scaled_matmul(M, N, K, in_dtype="float8_e4m3fn", b_dtype=None, out_dtype="bf
             cb //= 2
     a_row = scale_a == "row"
     b_row = scale_b == "row"
+    mainloop = k_major_mainloop(K, bm, bn, bk, num_stages)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), in_dtype), B: T.Tensor((N, K), b_dtype), SA: T.Tensor((sa_len,), "float32"),
@@ -46,11 +62,7 @@ def scaled_matmul(M, N, K, in_dtype="float8_e4m3fn", b_dtype=None, out_dtype="bf
             A_s = T.alloc_shared((bm, bk), in_dtype)
             B_s = T.alloc_shared((bn, bk), b_dtype)
             C_l = T.alloc_fragment((bm, bn), accum)
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[bx * bn, k * bk], B_s)
-                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            mainloop(A, B, A_s, B_s, C_l, bx, by)
             # scale in the accumulator (float32), or into a float32 copy of an int32 one
             S_l = C_l if accum == "float32" else T.alloc_fragment((bm, bn), "float32")
             for i, j in T.Parallel(bm, bn):
@@ -73,6 +85,7 @@ def int_matmul(M, N, K, bm=128, bn=256, bk=128, num_stages=4, threads=256, swizz
                b_dtype="int8"):
     """C (int32) = A @ B^T for int8/uint8 A (M, K) and B (N, K): exact integer accumulation (``torch._int_mm``
     with its second operand transposed)."""
+    mainloop = k_major_mainloop(K, bm, bn, bk, num_stages)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), a_dtype), B: T.Tensor((N, K), b_dtype), C: T.Tensor((M, N), "int32")):
@@ -82,11 +95,7 @@ def int_matmul(M, N, K, bm=128, bn=256, bk=128, num_stages=4, threads=256, swizz
             A_s = T.alloc_shared((bm, bk), a_dtype)
             B_s = T.alloc_shared((bn, bk), b_dtype)
             C_l = T.alloc_fragment((bm, bn), "int32")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[bx * bn, k * bk], B_s)
-                T.gemm(A_s, B_s, C_l, transpose_B=True)
+            mainloop(A, B, A_s, B_s, C_l, bx, by)
             T.copy(C_l, C[by * bm, bx * bn])
 
     return main
