@@ -9,8 +9,9 @@
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
       -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
       -> ThreadBlockSwizzle        T.use_swizzle rasterization
-      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, MergeSharedMemoryAllocations, CheckSharedMemory (tilex),
-              UnfoldRoles + ThreadSync + NamedBarriers + BulkStoreWaits (tilex), SplitHostDevice, MakePackedAPI,
+      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, HoistSharedAllocations (tilex), UnfoldRoles + ThreadSync
+              + NamedBarriers + BulkStoreWaits (tilex), MergeSharedMemoryAllocations, CheckSharedMemory (tilex),
+              SplitHostDevice, MakePackedAPI,
               BF16/FP8 legalization; LowerIntrin with tilex's float32 exp2 / exp rules (transform/fast_math.py:
               ex2.approx unless tilex.disable_fast_math)
       -> TVM CUDA codegen -> nvcc (tilex.engine.nvcc, headers from src/)
@@ -29,6 +30,7 @@ from tilex.ir.source import backtrace_requested, is_located
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
 from tilex.transform import fast_math  # noqa: F401  (registers the float32 exp2 / exp lowering rules)
+from tilex.transform.hoist_shared_allocations import HoistSharedAllocations
 from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
@@ -37,6 +39,7 @@ from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
+from tilex.transform.thread_sync import ThreadSync
 
 PIPELINE_NAME = "tilex"
 
@@ -84,15 +87,14 @@ def tvm_passes(pass_config):
         tirx.transform.FP8ComputeLegalize(),
         tirx.transform.VerifyMemory(),
         tirx.transform.AnnotateEntryFunc(),
-        # merge first: buffers that end up sharing memory then look like one buffer to ThreadSync, which
-        # inserts the barriers their reuse needs
-        s_tir.transform.MergeSharedMemoryAllocations(),
-        CheckSharedMemory,
+        # barriers before the merge, tile by tile: hoisted first in the kernel, no two tiles share memory
+        HoistSharedAllocations,
         UnfoldRoles,  # warp-specialized kernels: let ThreadSync see the consumer's statements unconditionally
-        s_tir.transform.ThreadSync("shared"),
-        s_tir.transform.ThreadSync("shared.dyn"),
+        ThreadSync,  # TVM's ThreadSync, each shared tile planned on its own
         NamedBarriers,  # warp-specialized kernels: consumer-only barriers
         BulkStoreWaits,  # TMA stores: the issuing thread waits for the shared-memory reads before barriers
+        s_tir.transform.MergeSharedMemoryAllocations(),
+        CheckSharedMemory,
         tirx.transform.SplitHostDevice(),
         tirx.transform.MakePackedAPI(),
         tirx.transform.FP8StorageLegalize(),

@@ -5,13 +5,13 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from tilex.ir.visit import BufferLoadNode, dtype_of, map_nodes, substitute, walk
+from tilex.ir.visit import BufferLoadNode, dtype_of, map_nodes, seq, seq_items, substitute, walk
 from tilex.layout import compile_numpy
 from tilex.layout.project import project
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
-                                fragment_vector_width, pick_vector, static_shape)
+                                fragment_vector_width, load_vectorizable, pick_vector, static_shape)
 
 
 def collect_parallel_nest(loop):
@@ -46,6 +46,67 @@ def _same_vars(indices, vars_):
                                               for i, v in zip(indices, vars_))
 
 
+def inline_scalars(body):
+    """`body` with each per-element scalar substituted into the statements after it, or None when that would change
+    what the body computes. A scalar is ``x: T.int32 = value`` (TVMScript makes it a one-element local buffer,
+    allocated and written once at the top level of the body) or a Bind.
+
+    None when a scalar is read before it is written, or a later statement stores to a buffer its value loads (the
+    substituted load would see the new data). TVM's vectorizer keeps such a scalar as one value for all lanes, so a
+    vectorized body must not keep any."""
+    items = seq_items(body)
+    stores = {}
+    walk(body, (tirx.BufferStore, lambda n: stores.__setitem__(n.buffer, stores.get(n.buffer, 0) + 1)))
+    scalars = {st.buffer for st in items if isinstance(st, tirx.AllocBuffer) and str(st.buffer.scope()) == "local"
+               and _one_element(st.buffer) and stores.get(st.buffer, 0) == 1}
+    values, binds, loaded, out = {}, {}, set(), []
+
+    def replaced(node):
+        def on_load(n):
+            if n.source in scalars:
+                if n.source not in values:
+                    raise _ReadBeforeWrite
+                return values[n.source]
+            return n
+
+        return map_nodes(substitute(node, binds), (BufferLoadNode, on_load), order="post")
+
+    try:
+        for st in items:
+            if isinstance(st, tirx.AllocBuffer) and st.buffer in scalars:
+                continue
+            if isinstance(st, tirx.Bind) or (isinstance(st, tirx.BufferStore) and st.buffer in scalars):
+                value = replaced(st.value)
+                walk(value, (BufferLoadNode, lambda n: loaded.add(n.source)))
+                if isinstance(st, tirx.Bind):
+                    binds[st.var] = value
+                else:
+                    values[st.buffer] = value
+                continue
+            written = []
+            walk(st, (tirx.BufferStore, lambda n: written.append(n.buffer)))
+            if any(b in loaded for b in written):
+                return None
+            out.append(replaced(st))
+    except _ReadBeforeWrite:
+        return None
+    return seq(out)
+
+
+def _has_binds(stmt):
+    found = []
+    walk(stmt, (tirx.Bind, found.append))
+    return bool(found)
+
+
+class _ReadBeforeWrite(Exception):
+    pass
+
+
+def _one_element(buf):
+    return all(isinstance(d, tirx.IntImm) and d.value == 1 for d in buf.shape)
+
+
 class ParallelOp(TileOp):
     """A nest of ``for i, j in T.Parallel(...)`` loops."""
 
@@ -53,7 +114,11 @@ class ParallelOp(TileOp):
 
     def __init__(self, loop):
         self.loop = loop
-        self.vars, extents, self.body = collect_parallel_nest(loop)
+        self.vars, extents, body = collect_parallel_nest(loop)
+        inlined = inline_scalars(body)
+        self.body = body if inlined is None else inlined
+        # a scalar left must stay one variable: run one element at a time
+        self.scalar_only = inlined is None or _has_binds(self.body)
         self.extents = static_shape(extents, "T.Parallel")
         self.accesses = buffer_accesses(self.body)
         self.loop_layout = None
@@ -78,7 +143,7 @@ class ParallelOp(TileOp):
                     break
         if self.loop_layout is None and level == InferLevel.FREE:
             elem_bits = self._widest_bits()
-            vec = self._plan_vector(ctx, elem_bits)
+            vec = 1 if self.scalar_only else self._plan_vector(ctx, elem_bits)
             self.loop_layout = coalesced_plan(self.extents, ctx.threads, vec)
             if self.loop_layout is None:
                 raise TileOpError(
@@ -117,9 +182,10 @@ class ParallelOp(TileOp):
 
     def _plan_vector(self, ctx, elem_bits):
         accesses = []
-        for buf, idx, _ in self.accesses:
+        for buf, idx, store in self.accesses:
             if is_global(buf) or is_shared(buf):
-                accesses.append((buf, lambda ix, idx=idx: [substitute(e, dict(zip(self.vars, ix))) for e in idx]))
+                accesses.append((buf, lambda ix, idx=idx: [substitute(e, dict(zip(self.vars, ix))) for e in idx],
+                                 not store))
         return pick_vector(self.extents, ctx.threads, elem_bits, accesses, ctx.analyzer, {})
 
     def lower(self, ctx):
@@ -135,14 +201,14 @@ class ParallelOp(TileOp):
         frag = self.loop_layout
         if frag is None:
             elem_bits = self._widest_bits()
-            vec = self._plan_vector_lower(ctx, elem_bits)
+            vec = 1 if self.scalar_only else self._plan_vector_lower(ctx, elem_bits)
 
             def make(ix, _guard):
                 return substitute(body, dict(zip(self.vars, ix)))
 
             return emit_by_plan(ctx, self.extents, vec, make, name="par")
         vec = fragment_vector_width(frag, min(4, max(1, 128 // self._widest_bits())), ctx.analyzer)
-        vec = self._check_vector(ctx, frag, vec)
+        vec = 1 if self.scalar_only else self._check_vector(ctx, frag, vec)
         self._check_ownership(ctx, frag)
 
         def make_frag(ix, _guard, l_flat):
@@ -152,19 +218,21 @@ class ParallelOp(TileOp):
 
     def _plan_vector_lower(self, ctx, elem_bits):
         accesses = []
-        for buf, idx, _ in self.accesses:
+        for buf, idx, store in self.accesses:
             if is_global(buf) or is_shared(buf):
-                accesses.append((buf, lambda ix, idx=idx, buf=buf: _phys(ctx, buf, idx, self.vars, ix)))
+                accesses.append((buf, lambda ix, idx=idx, buf=buf: _phys(ctx, buf, idx, self.vars, ix), not store))
         return pick_vector(self.extents, ctx.threads, elem_bits, accesses, ctx.analyzer,
                            {ctx.thread_var: tvm.ir.Range(0, ctx.threads)})
 
     def _check_vector(self, ctx, frag, vec):
-        """Shrink `vec` until every global/shared access in the body is a contiguous, aligned vector."""
+        """Shrink `vec` until every global/shared store in the body is a contiguous, aligned vector and every load
+        one too or a short span of a row (partition.load_vectorizable)."""
         bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
         while vec > 1:
-            if all(access_vectorizable(buf, lambda ix, idx=idx, buf=buf: _phys(ctx, buf, idx, self.vars, ix),
-                                        self.extents, vec, ctx.analyzer, bind)
-                   for buf, idx, _ in self.accesses if is_global(buf) or is_shared(buf)):
+            if all((access_vectorizable if store else load_vectorizable)(
+                    buf, lambda ix, idx=idx, buf=buf: _phys(ctx, buf, idx, self.vars, ix), self.extents, vec,
+                    ctx.analyzer, bind)
+                   for buf, idx, store in self.accesses if is_global(buf) or is_shared(buf)):
                 return vec
             vec //= 2
         return 1

@@ -82,18 +82,46 @@ def coalesced_plan(extents, threads, vector):
 def pick_vector(extents, threads, elem_bits, accesses, analyzer, bind, max_bits=128):
     """Largest vector width (elements) valid for every access in `accesses`.
 
-    accesses: list of (buffer, index_fn) where index_fn(tile_indices) gives the buffer indices of a tile element;
-    a width v is valid if the innermost tile extent is a multiple of v and, for each access, the innermost buffer
-    index moves with the innermost tile index and the flattened offset of a vector's first element is a multiple
-    of v (so vector loads/stores are aligned).
+    accesses: list of (buffer, index_fn) or (buffer, index_fn, is_load) where index_fn(tile_indices) gives the
+    buffer indices of a tile element; a width v is valid if the innermost tile extent is a multiple of v and, for
+    each access, the innermost buffer index moves with the innermost tile index and the flattened offset of a
+    vector's first element is a multiple of v (so vector loads/stores are aligned). A load may also stay within a
+    v-element span of one row (`load_vectorizable`).
     """
     inner = extents[-1]
     v = max(1, max_bits // elem_bits)
     while v > 1:
-        if inner % v == 0 and all(access_vectorizable(b, fn, extents, v, analyzer, bind) for b, fn in accesses):
+        if inner % v == 0 and all(_entry_vectorizable(a, extents, v, analyzer, bind) for a in accesses):
             return v
         v //= 2
     return 1
+
+
+def _entry_vectorizable(access, extents, v, analyzer, bind):
+    buf, fn, *rest = access
+    if rest and rest[0]:
+        return load_vectorizable(buf, fn, extents, v, analyzer, bind)
+    return access_vectorizable(buf, fn, extents, v, analyzer, bind)
+
+
+def load_vectorizable(buffer, index_fn, extents, v, analyzer, bind):
+    """Whether a load can sit in a `v`-lane vector loop: a contiguous aligned vector (`access_vectorizable`), or
+    lanes that stay within v consecutive elements of one row -- the same element for every lane (a per-row scale)
+    or a few (packed codes, ``codes[i, j // 2]``). TVM's vectorizer turns the latter into a broadcast or a
+    lane-wise gather of neighbouring elements; correctness never depends on this choice, only speed."""
+    if access_vectorizable(buffer, index_fn, extents, v, analyzer, bind):
+        return True
+    probe = [tirx.Var(f"_p{d}", "int32") for d in range(len(extents))]
+    with analyzer_scope(analyzer, {**bind, **{p: tvm.ir.Range(0, e) for p, e in zip(probe, extents)}}):
+        first = index_fn([*probe[:-1], probe[-1] * v])
+        last = index_fn([*probe[:-1], probe[-1] * v + (v - 1)])
+        for d, (a, b) in enumerate(zip(first, last)):
+            delta = analyzer.simplify(b - a)
+            if not isinstance(delta, tirx.IntImm):
+                return False
+            if delta.value != 0 and (d != len(first) - 1 or not 0 < delta.value < v):
+                return False
+    return True
 
 
 def access_vectorizable(buffer, index_fn, extents, v, analyzer, bind):

@@ -1,0 +1,58 @@
+"""ThreadSync (among TVM's passes, before MergeSharedMemoryAllocations): block barriers for shared memory, with
+each shared tile planned on its own.
+
+Consumes: flat per-thread TIR whose ``shared.dyn`` allocations all sit at the start of the kernel
+(HoistSharedAllocations), so that no two of them will share memory.
+Produces: the same with a block barrier (``tvm_storage_sync``) before every statement that may read shared memory
+another thread wrote, or overwrite memory another thread read, since the last barrier.
+
+TVM's ThreadSync plans every ``shared.dyn`` access as one array, because TVM merges those buffers afterwards and may
+overlap them. It would put a barrier between a read of one tile and a write of another: in a loop that reads packed
+codes and writes the decoded tile, one per element. Here the tiles are planned under the static ``shared`` scope,
+where TVM tells buffers apart, and get their scope back afterwards. A kernel with a ``shared.dyn`` buffer that is a
+view of another (a DeclBuffer) keeps TVM's planning.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.tirx import _ffi_api
+
+from tilex.ir.visit import substitute, walk
+
+_DYNAMIC = "shared.dyn"
+_STATIC = "shared"
+
+
+def _rescoped(buf, scope):
+    t = buf.ty
+    ty = _ffi_api.BufferType(scope, t.dtype, t.shape, t.strides, t.elem_offset, t.data_alignment, t.offset_factor,
+                             t.layout, t.allocated_addr, t.span)
+    return _ffi_api.BufferVar(buf.name, ty, buf.span)
+
+
+def _dynamic_tiles(body):
+    """The ``shared.dyn`` buffers `body` allocates, or None when one is declared over another's memory."""
+    allocated, declared = [], []
+    walk(body, [(tirx.AllocBuffer, lambda n: allocated.append(n.buffer)),
+                (tirx.DeclBuffer, lambda n: declared.append(n.buffer))])
+    if any(str(b.scope()) == _DYNAMIC for b in declared):
+        return None
+    return [b for b in allocated if str(b.scope()) == _DYNAMIC]
+
+
+def _sync(func, scopes):
+    mod = tvm.IRModule({"main": func})
+    for scope in scopes:
+        mod = s_tir.transform.ThreadSync(scope)(mod)
+    return mod["main"]
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadSync")
+def ThreadSync(func, mod, ctx):  # noqa: N802
+    tiles = _dynamic_tiles(func.body)
+    if not tiles:
+        return _sync(func, [_STATIC, _DYNAMIC])
+    static = {b: _rescoped(b, _STATIC) for b in tiles}
+    synced = _sync(func.with_body(substitute(func.body, static)), [_STATIC])
+    return synced.with_body(substitute(synced.body, {s: d for d, s in static.items()}))
