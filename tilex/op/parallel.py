@@ -8,6 +8,7 @@ from tvm import tirx
 from tilex.ir.visit import BufferLoadNode, dtype_of, map_nodes, seq, seq_items, substitute, walk
 from tilex.layout import compile_numpy
 from tilex.layout.project import project
+from tilex.op.int_cast import fast_int_casts
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
@@ -204,7 +205,7 @@ class ParallelOp(TileOp):
             vec = 1 if self.scalar_only else self._plan_vector_lower(ctx, elem_bits)
 
             def make(ix, _guard):
-                return substitute(body, dict(zip(self.vars, ix)))
+                return fast_int_casts(substitute(body, dict(zip(self.vars, ix))), ctx.analyzer)
 
             return emit_by_plan(ctx, self.extents, vec, make, name="par")
         vec = fragment_vector_width(frag, min(4, max(1, 128 // self._widest_bits())), ctx.analyzer)
@@ -212,7 +213,8 @@ class ParallelOp(TileOp):
         self._check_ownership(ctx, frag)
 
         def make_frag(ix, _guard, l_flat):
-            return _direct_fragment_access(substitute(body, dict(zip(self.vars, ix))), frag, ix, l_flat, ctx)
+            element = fast_int_casts(substitute(body, dict(zip(self.vars, ix))), ctx.analyzer)
+            return _direct_fragment_access(element, frag, ix, l_flat, ctx)
 
         return emit_by_fragment(ctx, frag, vec, make_frag, name="par", bounds=self.extents)
 

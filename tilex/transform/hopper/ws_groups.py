@@ -35,6 +35,7 @@ from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.op import gemm_wgmma
 from tilex.op.base import is_shared
 from tilex.transform.hopper.tma_stages import TmaStages, ptr
+from tilex.transform.hopper.ws_transform_overlap import consumer_loop, overlap_tiles
 from tilex.transform.pipeline.analysis import accesses, retarget, tile_op
 
 #: Named barrier ids of the two consumer warpgroups' turns (0 is __syncthreads, 1 the consumers' block barrier).
@@ -206,7 +207,15 @@ def rewrite(ctx, loop, plan):
             body += [release(e, s) for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i]
         return seq(body)
 
+    tiles = None
     if last is None and not config.get("disable_mma_overlap", False):
+        tiles = overlap_tiles(ctx, consumers, acc, gemms, sync_gemms, shared_written - plan.produced)
+    if tiles:
+        consumer = consumer_loop(
+            ctx, ts, consumers, bufmap, tiles,
+            lambda i: [ts.wait_full(full) for (f, _, _), (full, _) in zip(groups, barriers) if f == i],
+            {i: [e for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i] for i in range(n)}, release)
+    elif last is None and not config.get("disable_mma_overlap", False):
         consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, seq(in_flight_iteration(
             [retarget(c, bufmap, s) for c in consumers], acc, gemms, sync_gemms,
             {i: [(e, {op.dst.buffer for _, op in copies}) for (_, lst, copies), (_, e) in zip(groups, barriers)
