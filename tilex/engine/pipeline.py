@@ -9,8 +9,9 @@
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
       -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
       -> ThreadBlockSwizzle        T.use_swizzle rasterization
-      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, HoistSharedAllocations (tilex), UnfoldRoles + ThreadSync
-              + NamedBarriers + BulkStoreWaits (tilex), MergeSharedMemoryAllocations, CheckSharedMemory (tilex),
+      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, KeepTilesApart (tilex), UnfoldRoles + ThreadSync
+              + NamedBarriers + BulkStoreWaits (tilex), MergeSharedMemoryAllocations, DropKeepAlive (tilex),
+              CheckSharedMemory (tilex),
               SplitHostDevice, MakePackedAPI,
               BF16/FP8 legalization; LowerIntrin with tilex's float32 exp2 / exp rules (transform/fast_math.py:
               ex2.approx unless tilex.disable_fast_math)
@@ -30,7 +31,6 @@ from tilex.ir.source import backtrace_requested, is_located
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
 from tilex.transform import fast_math  # noqa: F401  (registers the float32 exp2 / exp lowering rules)
-from tilex.transform.hoist_shared_allocations import HoistSharedAllocations
 from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
@@ -38,6 +38,7 @@ from tilex.transform.hopper.warp_specialize import warp_specialize
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
 from tilex.transform.pipeline.inject import inject_pipeline
+from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 from tilex.transform.thread_sync import ThreadSync
 
@@ -87,13 +88,15 @@ def tvm_passes(pass_config):
         tirx.transform.FP8ComputeLegalize(),
         tirx.transform.VerifyMemory(),
         tirx.transform.AnnotateEntryFunc(),
-        # barriers before the merge, tile by tile: hoisted first in the kernel, no two tiles share memory
-        HoistSharedAllocations,
+        # barriers before the merge, tile by tile: the merge is kept from overlapping any two tiles
+        KeepTilesApart,
         UnfoldRoles,  # warp-specialized kernels: let ThreadSync see the consumer's statements unconditionally
         ThreadSync,  # TVM's ThreadSync, each shared tile planned on its own
         NamedBarriers,  # warp-specialized kernels: consumer-only barriers
         BulkStoreWaits,  # TMA stores: the issuing thread waits for the shared-memory reads before barriers
         s_tir.transform.MergeSharedMemoryAllocations(),
+        DropKeepAlive,
+        tirx.transform.RemoveNoOp(),
         CheckSharedMemory,
         tirx.transform.SplitHostDevice(),
         tirx.transform.MakePackedAPI(),

@@ -65,6 +65,12 @@ WS_CONSUMER = "tilex.ws_consumer"
 #: transform.hopper.roles writes (UnfoldRoles) and reads (NamedBarriers).
 WS_PRODUCER_SIDE = "tilex.ws_producer_side"
 
+# ---- shared memory ------------------------------------------------------------------------------------------------
+#: op ``tilex.keep_alive(access_ptr, ...)`` touching every shared tile at the start and end of a kernel, so that
+#: TVM's MergeSharedMemoryAllocations overlaps none of them: transform.shared_tiles writes (KeepTilesApart) and
+#: removes it after the merge (DropKeepAlive).
+KEEP_ALIVE_OP = "tilex.keep_alive"
+
 _REGISTERED_INTRINSICS: set[str] = set()
 
 
@@ -82,5 +88,5 @@ def register_intrinsic(name, printer_name=None):
     _REGISTERED_INTRINSICS.add(name)
 
 
-for _marker in (PARALLEL_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP):
+for _marker in (PARALLEL_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP, KEEP_ALIVE_OP):
     register_intrinsic(_marker)

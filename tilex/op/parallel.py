@@ -12,7 +12,8 @@ from tilex.op.int_cast import fast_int_casts
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
-                                fragment_vector_width, load_vectorizable, pick_vector, static_shape)
+                                fragment_vector_width, load_vectorizable, pick_vector, prefetch_loads,
+                                static_shape)
 
 
 def collect_parallel_nest(loop):
@@ -207,7 +208,7 @@ class ParallelOp(TileOp):
             def make(ix, _guard):
                 return fast_int_casts(substitute(body, dict(zip(self.vars, ix))), ctx.analyzer)
 
-            return emit_by_plan(ctx, self.extents, vec, make, name="par")
+            return prefetch_loads(emit_by_plan(ctx, self.extents, vec, make, name="par"), ctx.analyzer)
         vec = fragment_vector_width(frag, min(4, max(1, 128 // self._widest_bits())), ctx.analyzer)
         vec = 1 if self.scalar_only else self._check_vector(ctx, frag, vec)
         self._check_ownership(ctx, frag)

@@ -13,11 +13,13 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
-from tilex.ir.visit import row_major_offset, substitute
+from tilex.ir.visit import BufferLoadNode, map_nodes, row_major_offset, seq, substitute, walk
+from tilex.ir.visit import lanes as lanes_of
 from tilex.layout import Fragment
-from tilex.op.base import TileOpError
+from tilex.op.base import TileOpError, is_global
 
 
 def unflatten(flat, shape):
@@ -260,3 +262,78 @@ def _loop(var, extent, body, unroll):
         return substitute(body, {var: tirx.const(0, "int32")})
     kind = tirx.ForKind.UNROLLED if unroll else tirx.ForKind.SERIAL
     return tirx.For(var, 0, extent, kind, body)
+
+
+def prefetch_loads(loop, analyzer, max_registers=64):
+    """An unrolled element loop ``for it: body`` with the loads of buffers it does not write read for all
+    iterations first, into registers: global loads whose address is the same for every lane of a vector (a per-row
+    scale) as scalars, other global and shared loads as vectors. The loads then issue back to back and their
+    latencies overlap; left in place, each would wait at the head of its iteration's chain, and a shared load
+    could not pass the previous iteration's shared store (the compiler cannot tell the tiles apart).
+
+    Unchanged: other loops, bodies with a condition (a guarded load must stay guarded), and loops whose loads
+    would take more than `max_registers` 32-bit registers."""
+    if not (isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.UNROLLED):
+        return loop
+    it, rounds = loop.loop_var, int(loop.extent)
+    vectors, conditions, written = [], [], set()
+    walk(loop.body, [(tirx.For, lambda n: vectors.append(n) if n.kind == tirx.ForKind.VECTORIZED else None),
+                     (tirx.IfThenElse, conditions.append), (tirx.Select, conditions.append),
+                     (tirx.BufferStore, lambda n: written.add(n.buffer)),
+                     (tvm.ir.Call, lambda n: conditions.append(n) if _is_select_call(n) else None)])
+    if conditions or len(vectors) > 1:
+        return loop
+    lv, width = (vectors[0].loop_var, int(vectors[0].extent)) if vectors else (None, 1)
+    found = []  # [(load, register buffer, per-lane)]
+
+    def lane_free(indices):
+        if lv is None:
+            return list(indices)
+        first = [substitute(i, {lv: tirx.const(0, "int32")}) for i in indices]
+        last = [substitute(i, {lv: tirx.const(width - 1, "int32")}) for i in indices]
+        with analyzer_scope(analyzer, {lv: tvm.ir.Range(0, width)}):
+            if all(analyzer.can_prove_equal(a, b) for a, b in zip(first, last)):
+                return first
+        return None
+
+    def on_load(n):
+        buf = n.source
+        if buf in written or lanes_of(n) != 1 or not (is_global(buf) or str(buf.scope()).startswith("shared")):
+            return n
+        idx = lane_free(n.indices) if is_global(buf) else None
+        per_lane = idx is None
+        key = tirx.BufferLoad(buf, list(n.indices) if per_lane else idx)
+        slot = it * width + lv if per_lane else it
+        for old, reg, lanes in found:
+            if lanes == per_lane and tvm_ffi.structural_equal(old, key):
+                return tirx.BufferLoad(reg, [slot])
+        reg = tirx.decl_buffer((rounds * (width if per_lane else 1),), str(buf.dtype), f"{buf.name}_pre",
+                               scope="local")
+        found.append((key, reg, per_lane))
+        return tirx.BufferLoad(reg, [slot])
+
+    body = map_nodes(loop.body, (BufferLoadNode, on_load))
+    registers = 0
+    for _, reg, lanes in found:
+        bits = tvm.DataType(str(reg.dtype)).bits * (width if lanes else 1)
+        registers += rounds * -(-bits // 32)
+    if not found or registers > max_registers:
+        return loop
+    scalars = [tirx.BufferStore(reg, load, [it]) for load, reg, lanes in found if not lanes]
+    per_lane = [tirx.BufferStore(reg, load, [it * width + lv]) for load, reg, lanes in found if lanes]
+    pre = list(scalars)
+    if per_lane:
+        pre.append(tirx.For(lv, 0, width, tirx.ForKind.VECTORIZED, seq(per_lane)))
+    return seq([*[tirx.AllocBuffer(reg) for _, reg, _ in found],
+                tirx.For(it, 0, rounds, tirx.ForKind.UNROLLED, seq(pre)),
+                tirx.For(it, 0, rounds, tirx.ForKind.UNROLLED, body)])
+
+
+def _is_select_call(call):
+    return isinstance(call.op, tvm.ir.Op) and call.op.name.endswith("if_then_else")
+
+
+def _uses(expr, var):
+    hit = []
+    walk(expr, (tvm.ir.Var, lambda v: hit.append(v) if v.same_as(var) else None))
+    return bool(hit)

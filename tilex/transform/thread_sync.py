@@ -1,8 +1,8 @@
 """ThreadSync (among TVM's passes, before MergeSharedMemoryAllocations): block barriers for shared memory, with
 each shared tile planned on its own.
 
-Consumes: flat per-thread TIR whose ``shared.dyn`` allocations all sit at the start of the kernel
-(HoistSharedAllocations), so that no two of them will share memory.
+Consumes: flat per-thread TIR whose ``shared.dyn`` tiles the merge will keep apart
+(tilex.transform.shared_tiles.KeepTilesApart ran), so that no two of them share memory.
 Produces: the same with a block barrier (``tvm_storage_sync``) before every statement that may read shared memory
 another thread wrote, or overwrite memory another thread read, since the last barrier.
 
@@ -18,7 +18,8 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.tirx import _ffi_api
 
-from tilex.ir.visit import substitute, walk
+from tilex.ir.names import KEEP_ALIVE_OP
+from tilex.ir.visit import is_op_call, substitute, walk
 
 _DYNAMIC = "shared.dyn"
 _STATIC = "shared"
@@ -32,13 +33,16 @@ def _rescoped(buf, scope):
 
 
 def _dynamic_tiles(body):
-    """The ``shared.dyn`` buffers `body` allocates, or None when one is declared over another's memory."""
-    allocated, declared = [], []
+    """The ``shared.dyn`` buffers `body` allocates, or None when one is declared over another's memory or, with
+    two or more, when nothing keeps the merge from overlapping them."""
+    allocated, declared, kept = [], [], []
     walk(body, [(tirx.AllocBuffer, lambda n: allocated.append(n.buffer)),
-                (tirx.DeclBuffer, lambda n: declared.append(n.buffer))])
-    if any(str(b.scope()) == _DYNAMIC for b in declared):
+                (tirx.DeclBuffer, lambda n: declared.append(n.buffer)),
+                (tvm.ir.Call, lambda n: kept.append(n) if is_op_call(n, KEEP_ALIVE_OP) else None)])
+    tiles = [b for b in allocated if str(b.scope()) == _DYNAMIC]
+    if any(str(b.scope()) == _DYNAMIC for b in declared) or (len(tiles) > 1 and not kept):
         return None
-    return [b for b in allocated if str(b.scope()) == _DYNAMIC]
+    return tiles
 
 
 def _sync(func, scopes):
