@@ -37,7 +37,8 @@ def fast_int_casts(node, analyzer):
         lo = _small_range(value, analyzer, span)
         if lo is None:
             return None
-        low = value - lo if lo else value
+        # 16-bit arithmetic: the range fits, and the vector loop's width was chosen for the body's own types
+        low = tirx.Cast("int16", value) - tirx.const(lo, "int16") if lo else value
         bits = tirx.Cast("uint16", low) | tirx.const(bits_of, "uint16")
         return tirx.reinterpret(to, bits) - tirx.const(float(span - lo), to)
 
@@ -56,7 +57,7 @@ def fast_int_casts(node, analyzer):
         c = float(b.value)
         if c != int(c) or abs(c) > _MAGIC[dtype_of(a)][1] or not dtype_of(a.value).startswith(("int", "uint")):
             return node
-        shifted = tirx.Cast("int32", a.value) + sign * int(c)
+        shifted = tirx.Cast("int16", a.value) + tirx.const(sign * int(c), "int16")
         out = magic(dtype_of(a), shifted)
         return node if out is None else out
 

@@ -173,11 +173,14 @@ class ParallelOp(TileOp):
 
     def _widest_bits(self):
         """Widest scalar type the body computes in (casts and constants included): vectors are capped at 128 bits
-        of it, since TVM's CUDA codegen has no 8-lane fp32 vectors."""
+        of it, since TVM's CUDA codegen has no 8-lane fp32 vectors. An integer -> float cast counts as 32 bits: its
+        fast form (op.int_cast) computes in 16-bit integers, which that codegen cannot broadcast to 8 lanes."""
         bits = [tvm.DataType(str(b.dtype)).bits for b, _, _ in self.accesses] or [32]
 
         def on_expr(e):
             bits.append(tvm.DataType(dtype_of(e)).bits)
+            if isinstance(e, tirx.Cast) and dtype_of(e.value).startswith(("int", "uint")):
+                bits.append(32)
 
         walk(self.body, [(tirx.Cast, on_expr), (tirx.FloatImm, on_expr)])
         return max(bits)
