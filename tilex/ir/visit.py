@@ -63,6 +63,21 @@ def is_op_call(node, name) -> bool:
     return isinstance(node, tvm.ir.Call) and isinstance(node.op, tvm.ir.Op) and node.op.name == name
 
 
+def buffers_written(stmt) -> set:
+    """Buffers `stmt` may write: stored to, or whose address a call takes (an atomic, an async copy)."""
+    out = set()
+
+    def on_call(n):
+        name = n.op.name if isinstance(n.op, tvm.ir.Op) else None
+        if name == "tirx.address_of" and isinstance(n.args[0], BufferLoadNode):
+            out.add(n.args[0].source)
+        elif name == "tirx.tvm_access_ptr":
+            walk(n.args[1], (tvm.ir.Var, out.add))  # the buffer behind its data pointer
+
+    walk(stmt, [(tirx.BufferStore, lambda n: out.add(n.buffer)), (tvm.ir.Call, on_call)])
+    return out
+
+
 def buffers_used(stmt) -> set:
     """Buffers `stmt` loads from or stores to."""
     used = set()

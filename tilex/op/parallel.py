@@ -5,7 +5,8 @@ import numpy as np
 import tvm
 from tvm import tirx
 
-from tilex.ir.visit import BufferLoadNode, dtype_of, map_nodes, seq, seq_items, substitute, walk
+from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, map_nodes, seq, seq_items, substitute,
+                            walk)
 from tilex.layout import compile_numpy
 from tilex.layout.project import project
 from tilex.op.int_cast import fast_int_casts
@@ -85,9 +86,7 @@ def inline_scalars(body):
                 else:
                     values[st.buffer] = value
                 continue
-            written = []
-            walk(st, (tirx.BufferStore, lambda n: written.append(n.buffer)))
-            if any(b in loaded for b in written):
+            if buffers_written(st) & loaded:
                 return None
             out.append(replaced(st))
     except _ReadBeforeWrite:

@@ -16,7 +16,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex.ir.visit import BufferLoadNode, map_nodes, row_major_offset, seq, substitute, walk
+from tilex.ir.visit import BufferLoadNode, buffers_written, map_nodes, row_major_offset, seq, substitute, walk
 from tilex.ir.visit import lanes as lanes_of
 from tilex.layout import Fragment
 from tilex.op.base import TileOpError, is_global
@@ -276,10 +276,10 @@ def prefetch_loads(loop, analyzer, max_registers=64):
     if not (isinstance(loop, tirx.For) and loop.kind == tirx.ForKind.UNROLLED):
         return loop
     it, rounds = loop.loop_var, int(loop.extent)
-    vectors, conditions, written = [], [], set()
+    vectors, conditions = [], []
+    written = buffers_written(loop.body)  # stores, atomics: their buffers are not prefetched
     walk(loop.body, [(tirx.For, lambda n: vectors.append(n) if n.kind == tirx.ForKind.VECTORIZED else None),
                      (tirx.IfThenElse, conditions.append), (tirx.Select, conditions.append),
-                     (tirx.BufferStore, lambda n: written.add(n.buffer)),
                      (tvm.ir.Call, lambda n: conditions.append(n) if _is_select_call(n) else None)])
     if conditions or len(vectors) > 1:
         return loop
