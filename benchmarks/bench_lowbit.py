@@ -4,11 +4,14 @@
     python benchmarks/bench_lowbit.py --part a16w4    # int4 / uint4 (+ zero points), M in {1, 16}, two (N, K)
     python benchmarks/bench_lowbit.py --part types    # every 1-8-bit weight type at M = 16, N = 57344, K = 8192
     python benchmarks/bench_lowbit.py --part prefill  # int4 at M = 4096
+    python benchmarks/bench_lowbit.py --part hand     # examples/dequantize_gemm.py's hand-written program, M 16 / 4096
 
 Ratios are cuBLAS time / tilex time (higher is better); the weight-type table also prints the target
 0.8 * 16 / bits of the issue.
 """
 import argparse
+import os
+import runpy
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -142,11 +145,37 @@ def prefill():
               f"{best[1]}")
 
 
+# tiles a user would pick for the hand-written program: (bm, bn, bk, stages, threads)
+HAND_TILES = {16: [(16, 128, 128, 3, 128), (16, 64, 128, 4, 256), (16, 64, 256, 4, 256), (16, 32, 256, 4, 128)],
+              4096: [(128, 256, 64, 3, 256), (256, 128, 64, 4, 256), (256, 128, 128, 2, 256)]}
+
+
+def hand(N=8192, K=8192, g=128):
+    """The TileLang-style A16W4 program of examples/dequantize_gemm.py (uint8 nibbles decoded in a T.Parallel loop
+    into a shared float16 tile, then T.gemm), compiled as written; checked against torch, timed per tile."""
+    ex = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
+                                     "dequantize_gemm.py"))
+    qw = quant.quantize(torch.randn(N, K, device="cuda") / K ** 0.5, "uint4", group_size=g)
+    b, s, wd = ex["pack_nibbles"](qw.codes), qw.scales.half(), quant.dequantize(qw).float()
+    print("| hand-written A16W4 | M | N x K | tile (bm, bn, bk, stages, threads) | cuBLAS fp16 us | tilex us | "
+          "cuBLAS/tilex |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for M, tiles in HAND_TILES.items():
+        x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        t16 = _linear16(M, N, K)
+        ref = x.float() @ wd.T
+        for tile in tiles:
+            k = tilex.compile(ex["dequant_gemm_kernel"](M, N, K, g, *tile), out_idx=-1)
+            torch.testing.assert_close(k(x, b, s).float(), ref, atol=2e-2, rtol=2e-2)
+            t = _bench(lambda: k(x, b, s))
+            print(f"| uint4 g{g} | {M} | {N} x {K} | {tile} | {t16 * 1e3:.1f} | {t * 1e3:.1f} | {t16 / t:.2f} |")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--part", choices=["gemm8", "a16w4", "types", "prefill", "all"], default="all")
+    ap.add_argument("--part", choices=["gemm8", "a16w4", "types", "prefill", "hand", "all"], default="all")
     args = ap.parse_args()
-    parts = {"gemm8": gemm8, "a16w4": a16w4, "types": types, "prefill": prefill}
+    parts = {"gemm8": gemm8, "a16w4": a16w4, "types": types, "prefill": prefill, "hand": hand}
     for name, fn in parts.items():
         if args.part in (name, "all"):
             fn()

@@ -18,8 +18,8 @@ _MAGIC = {"float16": (0x6400, 1024), "bfloat16": (0x4300, 128)}
 
 def _small_range(value, analyzer, span):
     src = dtype_of(value)
-    if not (src.startswith("int") or src.startswith("uint")) or "x" in src:
-        return None
+    if not (src.startswith("int") or src.startswith("uint")) or "x" in src or isinstance(value, tirx.IntImm):
+        return None  # a constant's cast folds away
     bound = analyzer.const_int_bound(value)
     lo, hi = int(bound.min_value), int(bound.max_value)
     if hi - lo >= span or abs(lo) > span:

@@ -178,7 +178,8 @@ class ParallelOp(TileOp):
 
         def on_expr(e):
             bits.append(tvm.DataType(dtype_of(e)).bits)
-            if isinstance(e, tirx.Cast) and dtype_of(e.value).startswith(("int", "uint")):
+            if (isinstance(e, tirx.Cast) and dtype_of(e.value).startswith(("int", "uint"))
+                    and not isinstance(e.value, tirx.IntImm)):
                 bits.append(32)
 
         walk(self.body, [(tirx.Cast, on_expr), (tirx.FloatImm, on_expr)])
