@@ -18,6 +18,13 @@ __device__ __forceinline__ void scale_zero_pair_f16(void* p, __half s, __half z)
   *h = __hmul2(__hsub2(*h, __half2half2(z)), __half2half2(s));
 }
 
+// p[0..1] = p[0..1] * s + b  (b = -(z * s) rounded once: one fma for codes of at most 4 bits, whose zeros are
+// small enough that the rounding of b stays far below a quantization step)
+__device__ __forceinline__ void scale_shift_pair_f16(void* p, __half s, __half b) {
+  __half2* h = reinterpret_cast<__half2*>(p);
+  *h = __hfma2(*h, __half2half2(s), __half2half2(b));
+}
+
 // p[0..1] -= z
 __device__ __forceinline__ void zero_pair_f16(void* p, __half z) {
   __half2* h = reinterpret_cast<__half2*>(p);

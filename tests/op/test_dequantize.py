@@ -77,8 +77,12 @@ def test_quant_matmul_zero_points_compile(act, g):
     k = tilex.compile(quant_matmul(5, 256, 512, "uint4", g, QuantTiles(num_stages=3), act=act, zero_point=True),
                       out_idx=-1, target="sm_90a")
     suffix = "bf16" if act == "bfloat16" else "f16"
-    assert f"decode_chunk_{suffix}" in k.get_kernel_source()
-    assert f"scale_zero_pair_{suffix}" in k.get_kernel_source()
+    src = k.get_kernel_source()
+    assert f"decode_chunk_{suffix}" in src
+    # float16 codes of at most 4 bits: (x - z) * s as one fma with the shift -(z * s) rounded once
+    assert ("scale_shift_pair_f16" if act == "float16" else "scale_zero_pair_bf16") in src
+    if act == "float16":
+        assert "scale_zero_pair" not in src and "* -0x1p+0f" in src  # the shift: -(scale * zero) in float32
 
 
 def test_quant_matmul_prefill_tiles_use_wgmma():

@@ -37,6 +37,7 @@ WGMMA_M64 = "tilex::wgmma_m64"
 SCALE_PAIR = "tilex::scale_pair"
 SCALE_ZERO_PAIR = "tilex::scale_zero_pair"
 ZERO_PAIR = "tilex::zero_pair"
+SCALE_SHIFT_PAIR = "tilex::scale_shift_pair"
 # ---- reduce.h -----------------------------------------------------------------------------------------------------
 SHFL_XOR = "tilex::shfl_xor"
 # ---- fast_math.h --------------------------------------------------------------------------------------------------
@@ -225,6 +226,11 @@ def scale_pair(dtype, ptr, scale=None, zero=None):
     if scale is not None:
         return _stmt(f"{SCALE_PAIR}_{suffix}", ptr, scale)
     return _stmt(f"{ZERO_PAIR}_{suffix}", ptr, zero)
+
+
+def scale_shift_pair(ptr, scale, shift):
+    """Two float16 values at `ptr` become ``x * scale + shift`` (one fma)."""
+    return _stmt(f"{SCALE_SHIFT_PAIR}_f16", ptr, scale, shift)
 
 
 # ---- reduce.h -----------------------------------------------------------------------------------------------------

@@ -144,6 +144,9 @@ class DequantizeOp(TileOp):
         pair_keys = self._pair_groups(frag, t, ctx.analyzer)  # empty without a scale or zero
         cached = {}
         scale_regs = []
+        # codes of at most 4 bits with scales and zeros, in float16: (x - z) * s as one fma, x * s + (-(z * s))
+        fused = (self.scale is not None and self.zero is not None and bits <= 4
+                 and str(self.out.buffer.dtype) == "float16")
         for c in range(frag.local_size // CODES):
             stmts.append(intrin.decode_chunk(str(self.out.buffer.dtype), self.kind, bits, self.dtype.exponent,
                                              self.dtype.mantissa, words.access_ptr("r", offset=c * bits,
@@ -164,10 +167,19 @@ class DequantizeOp(TileOp):
                         regs.append(v)
                     cached[key] = regs
                 s, z = cached[key]
-                stmts.append(intrin.scale_pair(str(self.out.buffer.dtype),
-                                               out_loc.access_ptr("rw", offset=local, extent=2), s, z))
+                ptr = out_loc.access_ptr("rw", offset=local, extent=2)
+                if fused and s is not None and z is not None:
+                    stmts.append(intrin.scale_shift_pair(ptr, s, z))
+                else:
+                    stmts.append(intrin.scale_pair(str(self.out.buffer.dtype), ptr, s, z))
         # scale / zero loads first: a few registers, read before the words they scale are decoded
         binds = [tirx.Bind(v, _cast(value, str(self.out.buffer.dtype))) for v, value in scale_regs]
+        if fused:
+            # the zero register holds -(zero * scale), computed in float32 and rounded once
+            values = dict(scale_regs)
+            binds = [tirx.Bind(v, _cast(-(tirx.Cast("float32", values[s]) * tirx.Cast("float32", value)), "float16")
+                               if z is v else _cast(value, "float16"))
+                     for (v, value), (s, z) in zip(scale_regs, _owners(scale_regs, cached))]
         return tirx.SeqStmt(stmts[:2] + binds + stmts[2:])
 
     def _owner_thread(self, frag, t, analyzer):
@@ -233,3 +245,13 @@ class DequantizeOp(TileOp):
 
 def _cast(value, dtype):
     return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)
+
+
+def _owners(scale_regs, cached):
+    """For each (register, value) of `scale_regs`: the (scale, zero) registers of the key it belongs to."""
+    owner = {}
+    for s, z in cached.values():
+        for v in (s, z):
+            if v is not None:
+                owner[v] = (s, z)
+    return [owner[v] for v, _ in scale_regs]
