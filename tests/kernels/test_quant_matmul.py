@@ -101,3 +101,15 @@ def test_split_k_must_be_positive():
     pw = ops.pack_weight(quant.quantize(torch.randn(128, 128), "int4", group_size=128))
     with pytest.raises(ValueError, match="split_k"):
         ops.quant_matmul(torch.randn(2, 128, dtype=torch.float16), pw, split_k=0)
+
+
+def test_prefill_takes_256_row_blocks():
+    """Prefill-sized M: 256 activation rows per block, so each decoded weight tile feeds an m64n256 wgmma."""
+    import tilex
+    from tilex.kernels.quant_matmul import QuantTiles, quant_matmul
+    from tilex.ops.quant import _m_tile
+
+    assert [_m_tile(m) for m in (1, 16, 17, 64, 65, 511, 512, 4096)] == [16, 16, 32, 64, 128, 128, 256, 256]
+    src = tilex.compile(quant_matmul(600, 256, 512, "int4", 128, QuantTiles(128, 256, 64, 256, 3)), out_idx=-1,
+                        target="sm_90a").get_kernel_source()
+    assert "wgmma_m64n256k16_rs" in src

@@ -99,3 +99,10 @@ def test_split_k(split_k, g):
     y = ops.quant_matmul(x, pw, split_k=split_k)
     assert y.dtype == torch.float16
     torch.testing.assert_close(y.float(), ref, atol=4e-3 * ref.abs().max().item(), rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M, wt, zp", [(512, "int4", False), (600, "uint4", True)])
+def test_prefill_rows(M, wt, zp):
+    """M >= 512 takes 256-row blocks (ops.quant._m_tile); 600 leaves a partial second block."""
+    _check(M, 256, 512, wt, zp=zp)

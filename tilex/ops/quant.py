@@ -81,11 +81,13 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
 
 
 def _m_tile(m):
-    """Rows of X per block: the smallest MMA-friendly tile holding M, at most 128."""
+    """Rows of X per block: the smallest MMA-friendly tile holding M; 128 up to M = 511, then 256 (prefill: each
+    decoded weight tile then feeds twice the MMA work, measured 1.05x cuBLAS fp16 at M = 4096 against 0.76x with
+    128)."""
     for bm in (16, 32, 64):
         if m <= bm:
             return bm
-    return 128
+    return 128 if m < 512 else 256
 
 
 _KERNELS: dict = {}
