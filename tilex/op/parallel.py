@@ -80,6 +80,8 @@ def inline_scalars(body):
                 continue
             if isinstance(st, tirx.Bind) or (isinstance(st, tirx.BufferStore) and st.buffer in scalars):
                 value = replaced(st.value)
+                if not _pure(value):
+                    return None  # substituted twice, a call with effects (an atomic) would run twice
                 walk(value, (BufferLoadNode, lambda n: loaded.add(n.source)))
                 if isinstance(st, tirx.Bind):
                     binds[st.var] = value
@@ -92,6 +94,20 @@ def inline_scalars(body):
     except _ReadBeforeWrite:
         return None
     return seq(out)
+
+
+def _pure(expr):
+    """Whether `expr` calls nothing but pure operators (math, casts): safe to evaluate more than once."""
+    impure = []
+
+    def on_call(c):
+        op = c.op
+        kind = op.get_attr("TCallEffectKind") if isinstance(op, tvm.ir.Op) else None
+        if kind is None or int(kind) > 1:  # kPure (0) or kExprAnnotation (1)
+            impure.append(c)
+
+    walk(expr, (tvm.ir.Call, on_call))
+    return not impure
 
 
 def _has_binds(stmt):

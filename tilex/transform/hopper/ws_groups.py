@@ -209,7 +209,7 @@ def rewrite(ctx, loop, plan):
 
     tiles = None
     if last is None and not config.get("disable_mma_overlap", False):
-        tiles = overlap_tiles(ctx, consumers, acc, gemms, sync_gemms, shared_written - plan.produced)
+        tiles = overlap_tiles(ctx, loop, consumers, acc, gemms, sync_gemms, shared_written - plan.produced)
     if tiles:
         consumer = consumer_loop(
             ctx, ts, consumers, bufmap, tiles,

@@ -16,7 +16,7 @@ from tilex.ir import intrin
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.names import ASYNC_MMA_FENCED_DEFER, ASYNC_MMA_SCOPE
 from tilex.ir.shared_memory import buffer_bytes
-from tilex.ir.visit import seq, storage_sync, walk
+from tilex.ir.visit import BufferLoadNode, seq, storage_sync, walk
 from tilex.op.base import is_shared
 from tilex.op.parallel import collect_parallel_nest
 from tilex.transform.pipeline.analysis import retarget
@@ -35,9 +35,18 @@ def _writes_whole(stmt, tile):
         isinstance(i, tirx.Var) and i.same_as(v) for i, v in zip(n.indices, vars_)) for n in stores)
 
 
-def overlap_tiles(ctx, consumers, acc, gemms, sync_gemms, loop_written):
+def _mentions(stmt, tile):
+    """How many loads, stores and tile-op regions of `stmt` name `tile`."""
+    hits = []
+    walk(stmt, [(BufferLoadNode, lambda n: hits.append(n) if n.source.same_as(tile) else None),
+                (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(tile) else None)])
+    return len(hits)
+
+
+def overlap_tiles(ctx, loop, consumers, acc, gemms, sync_gemms, loop_written):
     """The shared tiles to double-buffer so the loop's gemm overlaps the next iteration's transform, or None when
-    the loop is not of that form or the extra copies would not fit in shared memory."""
+    the loop is not of that form, a tile is used outside the loop, or the extra copies would not fit in shared
+    memory."""
     if len(gemms) != 1 or gemms[0] != len(consumers) - 1 or gemms[0] in sync_gemms:
         return None
     g = gemms[0]
@@ -53,6 +62,8 @@ def overlap_tiles(ctx, consumers, acc, gemms, sync_gemms, loop_written):
         writers = [i for i in range(g) if t in acc[i][1]]
         if len(writers) != 1 or not _writes_whole(consumers[writers[0]], t):
             return None
+        if ctx.root is not None and _mentions(ctx.root, t) != _mentions(loop, t):
+            return None  # read or written outside the loop too: which copy would that be
     if ctx.target is not None:
         used = sum(buffer_bytes(ctx.multi.get(b, b)) or 0 for b in ctx.allocs if is_shared(b))
         extra = sum(buffer_bytes(t) or 0 for t in tiles)
