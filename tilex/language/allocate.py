@@ -1,6 +1,7 @@
 """Buffer allocation in tile programs: shared memory, register fragments, per-thread locals."""
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 from tvm.tirx.script.builder import ir as _ir
 
@@ -72,3 +73,44 @@ def _shape(api, shape):
         raise ValueError(f"{api}: the shape must have at least one dimension")
     positive_extents(api, "shape dimensions", shape)
     return shape
+
+
+def view(buffer, shape=None, dtype=None):
+    """The same bytes as another buffer, seen with a new shape and/or dtype: ``T.view(A, (n // 4,), "uint32")``
+    reads a uint8 tensor four bytes at a time (TileLang's ``T.view``).
+
+    `shape` defaults to `buffer`'s with its last dimension rescaled to the new element size; the view must cover
+    exactly the bytes of `buffer`. Views of global tensors and per-thread local buffers are supported; a shared
+    tile or a fragment has a layout the view would have to follow, which tilex does not derive yet."""
+    scope = str(buffer.scope())
+    if scope not in ("global", "", "local"):
+        raise NotImplementedError(f"T.view of '{buffer.name}' in scope '{scope}': only global tensors and T.alloc_local "
+                                  f"buffers can be viewed (a shared tile or fragment has a layout the view would "
+                                  f"have to follow)")
+    old = tvm.DataType(str(buffer.dtype))
+    new = tvm.DataType(str(canonical_dtype(dtype))) if dtype is not None else old
+    old_shape = [_static_dim(d, buffer.name) for d in buffer.shape]
+    if shape is None:
+        last = old_shape[-1] * old.bits * old.lanes
+        if last % (new.bits * new.lanes):
+            raise ValueError(f"T.view: the last dimension of '{buffer.name}' ({old_shape[-1]} x {old}) is not a whole "
+                             f"number of {new} elements; give the view's shape")
+        shape = old_shape[:-1] + [last // (new.bits * new.lanes)]
+    shape = list(_shape("T.view", shape))
+    old_bits, new_bits = old.bits * old.lanes, new.bits * new.lanes
+    for d in old_shape:
+        old_bits *= d
+    for d in shape:
+        new_bits *= _static_dim(d, "the view")
+    if old_bits != new_bits:
+        raise ValueError(f"T.view: '{buffer.name}' holds {old_bits // 8} bytes ({old_shape} x {old}) but the view "
+                         f"{shape} x {new} would cover {new_bits // 8}")
+    return _ir.decl_buffer(shape, str(new), data=buffer.data, scope=scope or "global")
+
+
+def _static_dim(d, what):
+    if isinstance(d, int):
+        return d
+    if isinstance(d, tirx.IntImm):
+        return int(d.value)
+    raise ValueError(f"T.view: {what} must have constant dimensions, got {d}")

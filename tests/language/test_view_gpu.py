@@ -1,0 +1,35 @@
+"""T.view on the GPU: the view reads exactly the bytes of the viewed tensor."""
+import os
+import runpy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilex  # noqa: E402
+import tilex.language as T  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+_cpu = runpy.run_path(os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_view.py"))
+
+
+def test_bytes_read_as_words():
+    k = tilex.compile(_cpu["_bytes_as_words"](1024))
+    a = torch.randint(0, 256, (1024,), device="cuda", dtype=torch.uint8)
+    b = torch.zeros(256, device="cuda", dtype=torch.int32)
+    k(a, b.view(torch.uint32) if hasattr(torch, "uint32") else b)
+    assert torch.equal(b, a.view(torch.int32))
+
+
+def test_sign_flip_through_a_word_view():
+    @T.prim_func
+    def flip(A: T.Tensor((64, 128), "float16"), B: T.Tensor((64, 64), "int32")):
+        with T.Kernel(1, threads=128) as bx:
+            words = T.view(A, (64, 64), "int32")
+            for i, j in T.Parallel(64, 64):
+                B[i, j] = words[i, j] ^ T.int32(-2147450880)  # 0x80008000: both halves' sign bits
+
+    a = torch.randn(64, 128, device="cuda", dtype=torch.float16)
+    b = torch.zeros(64, 64, device="cuda", dtype=torch.int32)
+    tilex.compile(flip)(a, b)
+    assert torch.equal(b.view(torch.float16), -a)
