@@ -147,7 +147,7 @@ def prefill():
 
 # tiles a user would pick for the hand-written program: (bm, bn, bk, stages, threads)
 HAND_TILES = {16: [(16, 128, 128, 3, 128), (16, 64, 128, 4, 256), (16, 64, 256, 4, 256), (16, 32, 256, 4, 128)],
-              4096: [(128, 256, 64, 3, 256), (256, 128, 64, 4, 256), (256, 128, 128, 2, 256)]}
+              4096: [(128, 256, 64, 3, 256), (256, 128, 64, 4, 256), (256, 128, 128, 2, 256), (256, 128, 64, 3, 256)]}
 
 
 def hand(N=8192, K=8192, g=128):
@@ -157,18 +157,21 @@ def hand(N=8192, K=8192, g=128):
                                      "dequantize_gemm.py"))
     qw = quant.quantize(torch.randn(N, K, device="cuda") / K ** 0.5, "uint4", group_size=g)
     b, s, wd = ex["pack_nibbles"](qw.codes), qw.scales.half(), quant.dequantize(qw).float()
-    print("| hand-written A16W4 | M | N x K | tile (bm, bn, bk, stages, threads) | cuBLAS fp16 us | tilex us | "
-          "cuBLAS/tilex |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    print("| hand-written A16W4 | M | N x K | tile (bm, bn, bk, stages, threads) | options | cuBLAS fp16 us | "
+          "tilex us | cuBLAS/tilex |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for M, tiles in HAND_TILES.items():
         x = torch.randn(M, K, device="cuda", dtype=torch.float16)
         t16 = _linear16(M, N, K)
         ref = x.float() @ wd.T
         for tile in tiles:
-            k = tilex.compile(ex["dequant_gemm_kernel"](M, N, K, g, *tile), out_idx=-1)
-            torch.testing.assert_close(k(x, b, s).float(), ref, atol=2e-2, rtol=2e-2)
-            t = _bench(lambda: k(x, b, s))
-            print(f"| uint4 g{g} | {M} | {N} x {K} | {tile} | {t16 * 1e3:.1f} | {t * 1e3:.1f} | {t16 / t:.2f} |")
+            # prefill tiles also with the opt-in register operand (transform/register_operand.py)
+            for opts in ({}, {"tilex.decode_into_registers": True}) if M > 64 else ({},):
+                k = tilex.compile(ex["dequant_gemm_kernel"](M, N, K, g, *tile), out_idx=-1, pass_configs=opts)
+                torch.testing.assert_close(k(x, b, s).float(), ref, atol=2e-2, rtol=2e-2)
+                t = _bench(lambda: k(x, b, s))
+                print(f"| uint4 g{g} | {M} | {N} x {K} | {tile} | {'registers' if opts else '-'} | "
+                      f"{t16 * 1e3:.1f} | {t * 1e3:.1f} | {t16 / t:.2f} |")
 
 
 def main():

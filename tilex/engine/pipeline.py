@@ -2,6 +2,7 @@
 
     T.prim_func (tile ops, T.Parallel, T.Pipelined)
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
+      -> RegisterOperand           (opt in) a tile one T.Parallel writes for one T.gemm -> the MMA's register operand
       -> InjectSoftwarePipeline    multi-buffered shared tiles; cp.async pipeline, explicit schedule, or (sm90)
                                    TMA producer / wgmma consumer loops (transform/pipeline/, transform/hopper/)
       -> LayoutInference           Layout / Fragment for every shared buffer and fragment
@@ -38,6 +39,7 @@ from tilex.transform.hopper.warp_specialize import warp_specialize
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.lower_tile_ops import lower_tile_ops
 from tilex.transform.pipeline.inject import inject_pipeline
+from tilex.transform.register_operand import register_operand
 from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 from tilex.transform.thread_sync import ThreadSync
@@ -67,6 +69,7 @@ def is_user_error(exc: BaseException) -> bool:
 
 def _tile_passes(func, target):
     func = canonicalize(func)
+    func = register_operand(func, target)
     func = inject_pipeline(func, target)
     func = layout_inference(func, target)
     func = lower_tile_ops(func, target)

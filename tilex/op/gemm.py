@@ -19,7 +19,7 @@ from tvm import tirx
 from tilex.ir import intrin
 from tilex.ir.visit import bits
 from tilex.ir.hardware import LDMATRIX, MMA_SYNC, MMA_SYNC_FP8, supports, unsupported_message
-from tilex.layout import make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
+from tilex.layout import Fragment, make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
 from tilex.op import gemm_wgmma
 from tilex.op.mma_types import SUPPORTED, mma_types
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
@@ -37,7 +37,9 @@ class GemmWarpPolicy(enum.IntEnum):
 
 
 def gemm_call(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False,
-              k_pack=1, wg_wait=0):
+              k_pack=1, wg_wait=0, swapped=False):
+    """The ``tilex.gemm`` call. `swapped` (set by transform.register_operand, not by programs): B is a register
+    fragment and the tensor cores compute C^T = B^T-side x A^T (see GemmOp.swapped)."""
     if k_pack != 1:
         raise NotImplementedError(f"T.gemm(k_pack={k_pack!r}) is not supported by tilex (ROCm only)")
     if wg_wait != 0:
@@ -45,7 +47,7 @@ def gemm_call(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPoli
                                   f"warpgroup MMAs itself")
     return tirx.call_intrin("handle", "tilex.gemm", to_region(A).to_call(READ), to_region(B).to_call(READ),
                             to_region(C).to_call(READ_WRITE), int(bool(transpose_A)), int(bool(transpose_B)),
-                            int(policy), int(bool(clear_accum)))
+                            int(policy), int(bool(clear_accum)), int(bool(swapped)))
 
 
 def partition_warps(m, n, num_warps, policy=GemmWarpPolicy.Square):
@@ -86,11 +88,17 @@ def a_fragment_layout(m, n, k, threads, target, policy=GemmWarpPolicy.Square, dt
 
 @register_tile_op("tilex.gemm")
 class GemmOp(TileOp):
-    def __init__(self, A: Region, B: Region, C: Region, trans_a=False, trans_b=False, policy=0, clear_accum=False):
+    """``C += A @ B``. `swapped`: B is a register fragment (N, K) (transpose_B) and A a shared (M, K) tile; the MMAs
+    compute C^T (N x M) = B A^T with B as their register operand, and C's layout is the transposed accumulator, so
+    C[i, j] is the register the instruction writes for (j, i) (transform.register_operand sets it)."""
+
+    def __init__(self, A: Region, B: Region, C: Region, trans_a=False, trans_b=False, policy=0, clear_accum=False,
+                 swapped=False):
         self.A, self.B, self.C = A, B, C
         self.trans_a, self.trans_b = bool(trans_a), bool(trans_b)
         self.policy = GemmWarpPolicy(policy)
         self.clear_accum = bool(clear_accum)
+        self.swapped = bool(swapped)
         a = static_shape(A.shape, "T.gemm A")
         b = static_shape(B.shape, "T.gemm B")
         c = static_shape(C.shape, "T.gemm C")
@@ -106,8 +114,17 @@ class GemmOp(TileOp):
     @classmethod
     def from_call(cls, call):
         r = [Region.from_call(x) for x in call.args[:3]]
-        flags = [int(x.value) for x in call.args[3:7]]
+        flags = [int(x.value) for x in call.args[3:8]]
         return cls(*r, *flags)
+
+    def transposed(self):
+        """The gemm the tensor cores run for a swapped one: A' = B (a fragment, M' x K), B' = A (shared, N' x K,
+        transpose_B), C' (M' x N') a stand-in fragment sharing C's registers."""
+        if not (self.trans_b and not self.trans_a):
+            raise TileOpError(f"{self.describe()}: a swapped gemm needs transpose_B=True and transpose_A=False")
+        c = self.C.buffer
+        ct = tirx.decl_buffer((self.N, self.M), str(c.dtype), f"{c.name}_T", scope=str(c.scope()))
+        return GemmOp(self.B, self.A, Region.full(ct), False, True, self.policy, self.clear_accum)
 
     def buffers(self):
         return [self.A.buffer, self.B.buffer, self.C.buffer]
@@ -158,6 +175,8 @@ class GemmOp(TileOp):
     def infer_layout(self, ctx, level):
         if level != InferLevel.STRICT:
             return {}
+        if self.swapped:
+            return self._infer_swapped(ctx, level)
         wm, wn = self._check(ctx.threads)
         c = self.C.buffer
         if [int(s) for s in c.shape] != [self.M, self.N]:
@@ -185,7 +204,23 @@ class GemmOp(TileOp):
         out[c] = make_mma_accumulator_fragment(self.M, self.N, wm, wn)
         return out
 
+    def _infer_swapped(self, ctx, level):
+        t = self.transposed()
+        if gemm_wgmma.plan(t, ctx.threads, ctx.target) is None:
+            raise TileOpError(f"{self.describe()}: a swapped gemm runs on warpgroup MMAs only")
+        out = t.infer_layout(ctx, level)
+        acc = out.pop(t.C.buffer)
+        out[self.C.buffer] = transpose_fragment(acc)
+        return out
+
     def lower(self, ctx):
+        if self.swapped:
+            t = self.transposed()
+            wg = gemm_wgmma.plan(t, ctx.threads, ctx.target)
+            # the stand-in C' is C's register array under the accumulator layout
+            ctx.layout_map[t.C.buffer] = gemm_wgmma.accumulator_layout(t, wg)
+            ctx.remap[t.C.buffer] = ctx.remap[self.C.buffer]
+            return t.lower(ctx)
         wm_n, wn_n = self._check(ctx.threads)
         wg = gemm_wgmma.plan(self, ctx.threads, ctx.target)
         if wg is not None:
@@ -285,3 +320,15 @@ class GemmOp(TileOp):
         body = tirx.For(ki, 0, self.K // kstep, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
         allocs = ([] if a_in_regs else [tirx.AllocBuffer(a_frag)]) + [tirx.AllocBuffer(b_frag)]
         return tirx.SeqStmt(allocs + self._clear(ctx) + [body])
+
+
+def transpose_fragment(frag):
+    """The Fragment of a 2-d tile's transpose: element (i, j) lives where `frag` keeps (j, i)."""
+    if frag.ndim != 2:
+        raise TileOpError(f"transpose_fragment: a 2-d fragment is needed, got {frag}")
+    rows, cols = frag.input_shape
+    rep = int(frag.replicate)
+    if rep > 1:
+        return Fragment((cols, rows), lambda i, j, r: frag.map_thread([j, i], rep=r), lambda i, j: frag.map_index([j, i]),
+                        replicate=rep)
+    return Fragment((cols, rows), lambda i, j: frag.map_thread([j, i]), lambda i, j: frag.map_index([j, i]))

@@ -45,6 +45,8 @@ def plan(op, threads, target):
     take the mma.sync path."""
     if not supports(target, WGMMA) or config.get("disable_wgmma", False):
         return None
+    if getattr(op, "swapped", False):
+        return plan(op.transposed(), threads, target)  # the MMAs it runs (GemmOp.swapped)
     a_ok = is_shared(op.A.buffer) or (is_fragment(op.A.buffer) and not op.trans_a)
     ty = mma_types(op.A.buffer.dtype, op.B.buffer.dtype, op.C.buffer.dtype)
     if threads % 128 or ty is None or not (a_ok and is_shared(op.B.buffer)):

@@ -30,6 +30,19 @@ def collect_parallel_nest(loop):
     return vars_, extents, node
 
 
+def stores_whole(stmt, tile):
+    """Whether `stmt` is a T.Parallel nest over `tile`'s shape whose stores to `tile` all use the loop variables in
+    order (``tile[i, j] = ...``), so that it writes every element."""
+    if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
+        return False
+    vars_, extents, body = collect_parallel_nest(stmt)
+    if [int(e) if isinstance(e, tirx.IntImm) else None for e in extents] != [int(d) for d in tile.shape]:
+        return False
+    stores = []
+    walk(body, (tirx.BufferStore, lambda n: stores.append(n) if n.buffer.same_as(tile) else None))
+    return bool(stores) and all(_same_vars(list(n.indices), vars_) for n in stores)
+
+
 def buffer_accesses(stmt):
     """[(buffer, indices, is_store)] for every BufferLoad/BufferStore in `stmt`."""
     out = []

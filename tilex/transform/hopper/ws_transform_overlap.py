@@ -18,21 +18,8 @@ from tilex.ir.names import ASYNC_MMA_FENCED_DEFER, ASYNC_MMA_SCOPE
 from tilex.ir.shared_memory import buffer_bytes
 from tilex.ir.visit import BufferLoadNode, seq, storage_sync, walk
 from tilex.op.base import is_shared
-from tilex.op.parallel import collect_parallel_nest
+from tilex.op.parallel import stores_whole
 from tilex.transform.pipeline.analysis import retarget
-
-
-def _writes_whole(stmt, tile):
-    """Whether `stmt` is a T.Parallel nest over `tile`'s shape that stores every element (``tile[i, j] = ...``)."""
-    if not (isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.PARALLEL):
-        return False
-    vars_, extents, body = collect_parallel_nest(stmt)
-    if [int(e) if isinstance(e, tirx.IntImm) else None for e in extents] != [int(d) for d in tile.shape]:
-        return False
-    stores = []
-    walk(body, (tirx.BufferStore, lambda n: stores.append(n) if n.buffer.same_as(tile) else None))
-    return bool(stores) and all(len(n.indices) == len(vars_) and all(
-        isinstance(i, tirx.Var) and i.same_as(v) for i, v in zip(n.indices, vars_)) for n in stores)
 
 
 def _mentions(stmt, tile):
@@ -60,7 +47,7 @@ def overlap_tiles(ctx, loop, consumers, acc, gemms, sync_gemms, loop_written):
             return None
     for t in tiles:
         writers = [i for i in range(g) if t in acc[i][1]]
-        if len(writers) != 1 or not _writes_whole(consumers[writers[0]], t):
+        if len(writers) != 1 or not stores_whole(consumers[writers[0]], t):
             return None
         if ctx.root is not None and _mentions(ctx.root, t) != _mentions(loop, t):
             return None  # read or written outside the loop too: which copy would that be

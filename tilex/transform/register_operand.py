@@ -1,0 +1,106 @@
+"""RegisterOperand (tile level, after canonicalize, before InjectSoftwarePipeline): a tile that a T.Parallel loop
+computes for one T.gemm goes straight into the MMA's register operand instead of through shared memory.
+
+Consumes: a tile program in which a shared tile ``Bs`` (N, K) is written only by one T.Parallel nest that stores
+every element (``Bs[i, j] = f(...)``: a decode of packed weights, a scaling, a cast) and read only by one
+``T.gemm(As, Bs, C, transpose_B=True)`` with ``As`` a shared (M, K) tile.
+Produces: ``Bs`` replaced by a register fragment that the same loop writes, and the gemm marked swapped
+(`tilex.op.gemm.GemmOp`): the tensor cores compute C^T = Bs As^T with Bs as their register operand (warpgroup MMA
+"rs"), and C keeps its shape with the transposed accumulator as its layout, so every other use of C is unchanged.
+
+Why: the tile's stores to shared memory and the MMAs' reads of it are what bound such programs (the hand-written
+dequantizing GEMM: benchmarks/README.md). Applied where the swapped gemm has a warpgroup-MMA plan (sm_90a, N a
+multiple of 64 per warpgroup); opt in for now (``tilex.decode_into_registers``) until it is measured on a GPU.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+
+from tilex import config
+from tilex.ir.visit import BufferLoadNode, map_nodes, substitute, walk
+from tilex.op import gemm_wgmma
+from tilex.op.base import is_shared
+from tilex.op.gemm import GemmOp, GemmWarpPolicy, gemm_call
+from tilex.op.parallel import stores_whole
+from tilex.op.registry import parse_tile_op
+from tilex.transform.kernel_scope import kernel_info
+
+_HALF = ("float16", "bfloat16")
+
+
+def _whole(region):
+    return all(isinstance(m, tirx.IntImm) and m.value == 0 for m in region.mins) and \
+        [int(e) for e in region.extents] == [int(d) for d in region.buffer.shape]
+
+
+def _mentions(stmt, buf):
+    hits = []
+    walk(stmt, [(BufferLoadNode, lambda n: hits.append(n) if n.source.same_as(buf) else None),
+                (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(buf) else None)])
+    return len(hits)
+
+
+def _stores(stmt, buf):
+    hits = []
+    walk(stmt, (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(buf) else None))
+    return len(hits)
+
+
+def _candidates(func, threads, target):
+    """[(gemm statement, its GemmOp, the T.Parallel nest writing B)] that can take B in registers."""
+    gemms, loops = [], []
+
+    def on_eval(n):
+        op = parse_tile_op(n.value) if isinstance(n.value, tvm.ir.Call) else None
+        if isinstance(op, GemmOp):
+            gemms.append((n, op))
+
+    walk(func.body, [(tirx.Evaluate, on_eval),
+                     (tirx.For, lambda n: loops.append(n) if n.kind == tirx.ForKind.PARALLEL else None)])
+    out = []
+    for stmt, op in gemms:
+        bs = op.B.buffer
+        if (op.swapped or op.trans_a or not op.trans_b or not is_shared(bs) or not is_shared(op.A.buffer)
+                or str(bs.dtype) not in _HALF or not _whole(op.A) or not _whole(op.B)):
+            continue
+        writers = [lp for lp in loops if stores_whole(lp, bs)]
+        if len(writers) != 1:
+            continue
+        # the writer's stores and the gemm's region are the tile's only accesses
+        if _mentions(func.body, bs) != _stores(writers[0], bs) + 1:
+            continue
+        swapped = GemmOp(op.A, op.B, op.C, False, True, GemmWarpPolicy.FullRow, op.clear_accum, swapped=True)
+        if gemm_wgmma.plan(swapped, threads, target) is None:
+            continue
+        out.append((stmt, op, writers[0]))
+    return out
+
+
+def register_operand(func, target):
+    """The pass (see the module docstring); `func` unchanged when it has no such gemm or the option is off."""
+    if not config.get("decode_into_registers", False):
+        return func
+    info = kernel_info(func)
+    if info is None:
+        return func
+    found = _candidates(func, info.threads, target)
+    if not found:
+        return func
+    frags = {}
+    for _stmt, op, _loop in found:
+        bs = op.B.buffer
+        frags[bs] = tirx.decl_buffer(list(bs.shape), str(bs.dtype), bs.name, scope="local.fragment")
+    body = func.body
+
+    def on_eval(n):
+        op = parse_tile_op(n.value) if isinstance(n.value, tvm.ir.Call) else None
+        if not isinstance(op, GemmOp) or op.swapped or op.B.buffer not in frags:
+            return n
+        b = frags[op.B.buffer]
+        b_region = type(op.B)(b, list(op.B.mins), list(op.B.extents))
+        return tirx.Evaluate(gemm_call(op.A, b_region, op.C, False, True, GemmWarpPolicy.FullRow, op.clear_accum,
+                                       swapped=True))
+
+    body = map_nodes(body, (tirx.Evaluate, on_eval))
+    return func.with_body(substitute(body, frags))
