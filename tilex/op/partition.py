@@ -331,9 +331,3 @@ def prefetch_loads(loop, analyzer, max_registers=64):
 
 def _is_select_call(call):
     return isinstance(call.op, tvm.ir.Op) and call.op.name.endswith("if_then_else")
-
-
-def _uses(expr, var):
-    hit = []
-    walk(expr, (tvm.ir.Var, lambda v: hit.append(v) if v.same_as(var) else None))
-    return bool(hit)
