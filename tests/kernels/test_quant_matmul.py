@@ -113,3 +113,19 @@ def test_prefill_takes_256_row_blocks():
     src = tilex.compile(quant_matmul(600, 256, 512, "int4", 128, QuantTiles(128, 256, 64, 256, 3)), out_idx=-1,
                         target="sm_90a").get_kernel_source()
     assert "wgmma_m64n256k16_rs" in src
+
+
+@pytest.mark.parametrize("tiles, want", [((128, 256, 128, 4), (128, 2)), ((64, 256, 128, 4), (128, 3)),
+                                         ((128, 64, 256, 3), (256, 3))])
+def test_prefill_block_fits_the_packing(tiles, want):
+    """A weight packed for decode (a 256-long k step) leaves less shared memory for rows of x: prefill calls
+    still compile, with fewer rows or stages (a (128, 256) packing used to overflow shared memory at M > 64)."""
+    from tilex.kernels.quant_matmul import QuantTiles
+    from tilex.ops.quant import _block_tiles, _kernel
+
+    bn, bk, threads, stages = tiles
+    qw = quant.quantize(torch.randn(256, 512), "int4", group_size=128)
+    pw = ops.pack_weight(qw, tiles=QuantTiles(bn=bn, bk=bk, threads=threads, num_stages=stages))
+    got = _block_tiles(4096, pw, 1)
+    assert (got.bm, got.num_stages) == want
+    assert _kernel(4096, pw).get_kernel_source()

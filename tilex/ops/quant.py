@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-from tilex import dtypes
+from tilex import dtypes, env
+from tilex.autotuner.smem import shared_memory_bytes
+from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.jit import compile as compile_kernel
 from tilex.kernels.quant_matmul import (QuantTiles, check_group, chunk_bit_table, default_tiles, prepack_program,
                                         prepack_weight, quant_matmul as quant_matmul_program, weight_fragment)
@@ -93,14 +95,34 @@ def _m_tile(m):
 _KERNELS: dict = {}
 
 
+def _program(m, pw: PackedWeight, tiles, split_k):
+    return quant_matmul_program(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
+                                zero_point=pw.zeros is not None, split_k=split_k)
+
+
+def _block_tiles(m, pw: PackedWeight, split_k):
+    """The block tile for M rows of x: the packing's (bn, bk, threads) with the most activation rows up to
+    `_m_tile(m)` and the most pipeline stages that fit in shared memory (a packing made for decode shapes, with a
+    long k step, leaves less room for rows of x)."""
+    t = pw.tiles
+    target = env.resolve_target(pw.target)
+    limit = block_shared_memory_limit(compute_capability(target)[0])
+    top = _m_tile(m)
+    for bm in [b for b in (256, 128, 64, 32, 16) if b <= top]:
+        for stages in ((t.num_stages,) if bm <= 32 else ()) + (3, 2):
+            tiles = QuantTiles(t.bn, bm, t.bk, t.threads, stages)
+            if shared_memory_bytes(_program(m, pw, tiles, split_k), target) <= limit:
+                return tiles
+    raise ValueError(f"quant_matmul: no block tile of the packing {t} fits in shared memory; pack the weight with "
+                     f"smaller tiles")
+
+
 def _kernel(m, pw: PackedWeight, split_k=1):
     t = pw.tiles
     bm = _m_tile(m)
     key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.act, t, bm, pw.target, split_k)
     if key not in _KERNELS:
-        tiles = QuantTiles(t.bn, bm, t.bk, t.threads, t.num_stages if bm <= 32 else 3)
-        prog = quant_matmul_program(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
-                            zero_point=pw.zeros is not None, split_k=split_k)
+        prog = _program(m, pw, _block_tiles(m, pw, split_k), split_k)
         # split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
         _KERNELS[key] = compile_kernel(prog, out_idx=-1 if split_k == 1 else None, target=pw.target)
     return _KERNELS[key]
