@@ -109,6 +109,10 @@ def _block_tiles(m, pw: PackedWeight, split_k):
     limit = block_shared_memory_limit(compute_capability(target)[0])
     top = _m_tile(m)
     for bm in [b for b in (256, 128, 64, 32, 16) if b <= top]:
+        # registers per thread: the float32 accumulator, the decoded weight tile (16-bit pairs), addresses and
+        # temporaries; past ~240 ptxas serializes the warpgroup MMAs
+        if bm > 16 and t.bn * bm // t.threads + t.bn * t.bk // (2 * t.threads) + 48 > 240:
+            continue
         for stages in ((t.num_stages,) if bm <= 32 else ()) + (3, 2):
             tiles = QuantTiles(t.bn, bm, t.bk, t.threads, stages)
             if shared_memory_bytes(_program(m, pw, tiles, split_k), target) <= limit:
