@@ -78,6 +78,14 @@ def buffers_written(stmt) -> set:
     return out
 
 
+def count_accesses(stmt, buf) -> int:
+    """How many loads and stores of `stmt` name `buf` (a tile-op region names its buffer with one load)."""
+    hits = []
+    walk(stmt, [(BufferLoadNode, lambda n: hits.append(n) if n.source.same_as(buf) else None),
+                (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(buf) else None)])
+    return len(hits)
+
+
 def buffers_used(stmt) -> set:
     """Buffers `stmt` loads from or stores to."""
     used = set()

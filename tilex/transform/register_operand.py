@@ -18,11 +18,12 @@ import tvm
 from tvm import tirx
 
 from tilex import config
-from tilex.ir.visit import BufferLoadNode, map_nodes, substitute, walk
+from tilex.ir.visit import count_accesses, map_nodes, substitute, walk
 from tilex.op import gemm_wgmma
 from tilex.op.base import is_shared
 from tilex.op.gemm import GemmOp, GemmWarpPolicy, gemm_call
 from tilex.op.parallel import stores_whole
+from tilex.op.region import Region
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info
 
@@ -34,46 +35,42 @@ def _whole(region):
         [int(e) for e in region.extents] == [int(d) for d in region.buffer.shape]
 
 
-def _mentions(stmt, buf):
-    hits = []
-    walk(stmt, [(BufferLoadNode, lambda n: hits.append(n) if n.source.same_as(buf) else None),
-                (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(buf) else None)])
-    return len(hits)
-
-
 def _stores(stmt, buf):
     hits = []
     walk(stmt, (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(buf) else None))
     return len(hits)
 
 
-def _candidates(func, threads, target):
-    """[(gemm statement, its GemmOp, the T.Parallel nest writing B)] that can take B in registers."""
+def _swapped(op, fragment):
+    """`op` with its B tile replaced by `fragment`, run swapped (the MMAs' register operand)."""
+    b = Region(fragment, list(op.B.mins), list(op.B.extents))
+    return GemmOp(op.A, b, op.C, False, True, GemmWarpPolicy.FullRow, op.clear_accum, swapped=True)
+
+
+def _register_tiles(func, threads, target):
+    """{shared tile: the fragment replacing it} for every gemm B tile that can go into the MMAs' registers."""
     gemms, loops = [], []
 
     def on_eval(n):
         op = parse_tile_op(n.value) if isinstance(n.value, tvm.ir.Call) else None
         if isinstance(op, GemmOp):
-            gemms.append((n, op))
+            gemms.append(op)
 
     walk(func.body, [(tirx.Evaluate, on_eval),
                      (tirx.For, lambda n: loops.append(n) if n.kind == tirx.ForKind.PARALLEL else None)])
-    out = []
-    for stmt, op in gemms:
+    out = {}
+    for op in gemms:
         bs = op.B.buffer
         if (op.swapped or op.trans_a or not op.trans_b or not is_shared(bs) or not is_shared(op.A.buffer)
                 or str(bs.dtype) not in _HALF or not _whole(op.A) or not _whole(op.B)):
             continue
         writers = [lp for lp in loops if stores_whole(lp, bs)]
-        if len(writers) != 1:
+        # one loop writes the tile whole; its stores and this gemm's region are the tile's only accesses
+        if len(writers) != 1 or count_accesses(func.body, bs) != _stores(writers[0], bs) + 1:
             continue
-        # the writer's stores and the gemm's region are the tile's only accesses
-        if _mentions(func.body, bs) != _stores(writers[0], bs) + 1:
-            continue
-        swapped = GemmOp(op.A, op.B, op.C, False, True, GemmWarpPolicy.FullRow, op.clear_accum, swapped=True)
-        if gemm_wgmma.plan(swapped, threads, target) is None:
-            continue
-        out.append((stmt, op, writers[0]))
+        frag = tirx.decl_buffer(list(bs.shape), str(bs.dtype), bs.name, scope="local.fragment")
+        if gemm_wgmma.plan(_swapped(op, frag), threads, target) is not None:
+            out[bs] = frag
     return out
 
 
@@ -84,23 +81,15 @@ def register_operand(func, target):
     info = kernel_info(func)
     if info is None:
         return func
-    found = _candidates(func, info.threads, target)
-    if not found:
+    frags = _register_tiles(func, info.threads, target)
+    if not frags:
         return func
-    frags = {}
-    for _stmt, op, _loop in found:
-        bs = op.B.buffer
-        frags[bs] = tirx.decl_buffer(list(bs.shape), str(bs.dtype), bs.name, scope="local.fragment")
-    body = func.body
 
     def on_eval(n):
         op = parse_tile_op(n.value) if isinstance(n.value, tvm.ir.Call) else None
         if not isinstance(op, GemmOp) or op.swapped or op.B.buffer not in frags:
             return n
-        b = frags[op.B.buffer]
-        b_region = type(op.B)(b, list(op.B.mins), list(op.B.extents))
-        return tirx.Evaluate(gemm_call(op.A, b_region, op.C, False, True, GemmWarpPolicy.FullRow, op.clear_accum,
-                                       swapped=True))
+        t = _swapped(op, frags[op.B.buffer])
+        return tirx.Evaluate(gemm_call(t.A, t.B, t.C, False, True, t.policy, t.clear_accum, swapped=True))
 
-    body = map_nodes(body, (tirx.Evaluate, on_eval))
-    return func.with_body(substitute(body, frags))
+    return func.with_body(substitute(map_nodes(func.body, (tirx.Evaluate, on_eval)), frags))

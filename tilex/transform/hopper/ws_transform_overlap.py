@@ -16,18 +16,10 @@ from tilex.ir import intrin
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.names import ASYNC_MMA_FENCED_DEFER, ASYNC_MMA_SCOPE
 from tilex.ir.shared_memory import buffer_bytes
-from tilex.ir.visit import BufferLoadNode, seq, storage_sync, walk
+from tilex.ir.visit import count_accesses, seq, storage_sync
 from tilex.op.base import is_shared
 from tilex.op.parallel import stores_whole
 from tilex.transform.pipeline.analysis import retarget
-
-
-def _mentions(stmt, tile):
-    """How many loads, stores and tile-op regions of `stmt` name `tile`."""
-    hits = []
-    walk(stmt, [(BufferLoadNode, lambda n: hits.append(n) if n.source.same_as(tile) else None),
-                (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(tile) else None)])
-    return len(hits)
 
 
 def overlap_tiles(ctx, loop, consumers, acc, gemms, sync_gemms, loop_written):
@@ -49,7 +41,7 @@ def overlap_tiles(ctx, loop, consumers, acc, gemms, sync_gemms, loop_written):
         writers = [i for i in range(g) if t in acc[i][1]]
         if len(writers) != 1 or not stores_whole(consumers[writers[0]], t):
             return None
-        if ctx.root is not None and _mentions(ctx.root, t) != _mentions(loop, t):
+        if ctx.root is not None and count_accesses(ctx.root, t) != count_accesses(loop, t):
             return None  # read or written outside the loop too: which copy would that be
     if ctx.target is not None:
         used = sum(buffer_bytes(ctx.multi.get(b, b)) or 0 for b in ctx.allocs if is_shared(b))
