@@ -103,3 +103,38 @@ def test_inline_scalars():
     # one store left, x substituted twice (into x * y and into y)
     assert body.splitlines()[-1] == "B[i, j] = A[i, j] * T.float16(2.0) * (A[i, j] * T.float16(2.0) + T.float16(1.0))"
     assert inline_scalars(_stmts(hazard)) is None
+
+
+def _guarded_copy(n=1000):
+    @T.prim_func
+    def main(A: T.Tensor((n, 64), "float16"), S: T.Tensor((n,), "float16"), B: T.Tensor((n, 64), "float16")):
+        with T.Kernel(T.ceildiv(n, 64), threads=128) as bx:
+            tile = T.alloc_shared((64, 64), "float16")
+            for i, j in T.Parallel(64, 64):
+                if bx * 64 + i < n:  # the last block's rows past n must not be read
+                    tile[i, j] = A[bx * 64 + i, j] * S[bx * 64 + i]
+            T.copy(tile, B[bx * 64, 0])
+
+    return main
+
+
+def test_guarded_loads_are_not_prefetched():
+    src = _source(_guarded_copy())
+    assert "_pre_ptr" not in src
+
+
+def _histogram(n=4096, bins=64):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "int32"), H: T.Tensor((bins,), "int32")):
+        with T.Kernel(n // 1024, threads=128) as bx:
+            for i in T.Parallel(1024):
+                T.atomic_add(H[A[bx * 1024 + i]], 1)
+
+    return main
+
+
+def test_atomic_targets_are_not_prefetched():
+    """The bins an atomic adds into are written by the loop: only the indices are read ahead."""
+    src = _source(_histogram())
+    assert "A_pre_ptr" in src and "H_pre_ptr" not in src
+    assert "atomic_add((&(H_ptr[A_pre_ptr[" in src
