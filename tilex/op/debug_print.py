@@ -29,7 +29,7 @@ def print_call(obj, msg: str = ""):
         raise TypeError(f"T.print: msg must be a str, got {msg!r}")
     if isinstance(obj, tvm.ir.expr.TensorRegion) or tirx.is_buffer_var(obj):
         region = to_region(obj)
-        if is_fragment(region.buffer) and not _is_whole(region):
+        if is_fragment(region.buffer) and not region.is_whole():
             raise TileOpError(f"T.print: a fragment is printed whole; got a slice of '{region.buffer.name}'")
         return tirx.call_intrin("handle", PRINT_OP, region.to_call(READ), tvm.ir.StringImm(msg))
     if isinstance(obj, bool):
@@ -103,17 +103,6 @@ def _c_string(text):
         else:
             out.append(ch)
     return tvm.ir.StringImm("".join(out))
-
-
-def _is_whole(region):
-    return all(_const(m) == 0 for m in region.mins) and \
-        [_const(e) for e in region.extents] == [_const(s) for s in region.buffer.shape]
-
-
-def _const(x):
-    if isinstance(x, int):
-        return x
-    return int(x.value) if isinstance(x, tirx.IntImm) else None
 
 
 # -------------------------------------------------------------------------------------------- buffer printing

@@ -155,7 +155,7 @@ class DequantizeOp(TileOp):
             for local in range(c * CODES, (c + 1) * CODES, 2) if pair_keys else ():
                 key, (row, grp) = pair_keys[local]
                 if key not in cached:
-                    regs = []
+                    regs, loaded = [], []
                     for r in (self.scale, self.zero):
                         if r is None:
                             regs.append(None)
@@ -163,8 +163,13 @@ class DequantizeOp(TileOp):
                         v = tirx.Var(f"dq_{'s' if r is self.scale else 'z'}{len(cached)}", self.out.buffer.dtype)
                         # (groups, rows) tiles, like the (K // g, N) scale tensors they come from
                         m = list(r.mins)
-                        scale_regs.append((v, ctx.load(r.buffer, m[:-2] + [m[-2] + grp, m[-1] + row])))
+                        value = ctx.load(r.buffer, m[:-2] + [m[-2] + grp, m[-1] + row])
+                        if fused and r is self.zero:
+                            # the zero register holds -(zero * scale), computed in float32 and rounded once
+                            value = -(tirx.Cast("float32", loaded[0]) * tirx.Cast("float32", value))
+                        scale_regs.append((v, value))
                         regs.append(v)
+                        loaded.append(value)
                     cached[key] = regs
                 s, z = cached[key]
                 ptr = out_loc.access_ptr("rw", offset=local, extent=2)
@@ -174,12 +179,6 @@ class DequantizeOp(TileOp):
                     stmts.append(intrin.scale_pair(str(self.out.buffer.dtype), ptr, s, z))
         # scale / zero loads first: a few registers, read before the words they scale are decoded
         binds = [tirx.Bind(v, _cast(value, str(self.out.buffer.dtype))) for v, value in scale_regs]
-        if fused:
-            # the zero register holds -(zero * scale), computed in float32 and rounded once
-            values = dict(scale_regs)
-            binds = [tirx.Bind(v, _cast(-(tirx.Cast("float32", values[s]) * tirx.Cast("float32", value)), "float16")
-                               if z is v else _cast(value, "float16"))
-                     for (v, value), (s, z) in zip(scale_regs, _owners(scale_regs, cached))]
         return tirx.SeqStmt(stmts[:2] + binds + stmts[2:])
 
     def _owner_thread(self, frag, t, analyzer):
@@ -245,13 +244,3 @@ class DequantizeOp(TileOp):
 
 def _cast(value, dtype):
     return value if dtype_of(value) == dtype else tirx.Cast(dtype, value)
-
-
-def _owners(scale_regs, cached):
-    """For each (register, value) of `scale_regs`: the (scale, zero) registers of the key it belongs to."""
-    owner = {}
-    for s, z in cached.values():
-        for v in (s, z):
-            if v is not None:
-                owner[v] = (s, z)
-    return [owner[v] for v, _ in scale_regs]

@@ -116,7 +116,7 @@ def _pure(expr):
     def on_call(c):
         op = c.op
         kind = op.get_attr("TCallEffectKind") if isinstance(op, tvm.ir.Op) else None
-        if kind is None or int(kind) > 1:  # kPure (0) or kExprAnnotation (1)
+        if kind is None or int(kind) > 1:  # ExprAnnotation (0) or Pure (1)
             impure.append(c)
 
     walk(expr, (tvm.ir.Call, on_call))

@@ -18,6 +18,12 @@ from tilex.op.base import TileOpError
 READ, WRITE, READ_WRITE = 1, 2, 3
 
 
+def _const(x):
+    if isinstance(x, int):
+        return x
+    return int(x.value) if isinstance(x, tirx.IntImm) else None
+
+
 def _as_expr(x):
     return tirx.const(x, "int32") if isinstance(x, int) else x
 
@@ -49,6 +55,11 @@ class Region:
             raise TypeError(f"expected a tilex.region call, got {call}")
         load = call.args[0]
         return Region(load.source, list(load.indices), list(call.args[2:]))
+
+    def is_whole(self) -> bool:
+        """Whether the region is its whole buffer (constant zero corner, extents equal to the shape)."""
+        return all(_const(m) == 0 for m in self.mins) and \
+            [_const(e) for e in self.extents] == [_const(d) for d in self.buffer.shape]
 
     @staticmethod
     def full(buffer):

@@ -30,11 +30,6 @@ from tilex.transform.kernel_scope import kernel_info
 _HALF = ("float16", "bfloat16")
 
 
-def _whole(region):
-    return all(isinstance(m, tirx.IntImm) and m.value == 0 for m in region.mins) and \
-        [int(e) for e in region.extents] == [int(d) for d in region.buffer.shape]
-
-
 def _stores(stmt, buf):
     hits = []
     walk(stmt, (tirx.BufferStore, lambda n: hits.append(n) if n.buffer.same_as(buf) else None))
@@ -62,7 +57,7 @@ def _register_tiles(func, threads, target):
     for op in gemms:
         bs = op.B.buffer
         if (op.swapped or op.trans_a or not op.trans_b or not is_shared(bs) or not is_shared(op.A.buffer)
-                or str(bs.dtype) not in _HALF or not _whole(op.A) or not _whole(op.B)):
+                or str(bs.dtype) not in _HALF or not op.A.is_whole() or not op.B.is_whole()):
             continue
         writers = [lp for lp in loops if stores_whole(lp, bs)]
         # one loop writes the tile whole; its stores and this gemm's region are the tile's only accesses

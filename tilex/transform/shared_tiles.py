@@ -21,41 +21,12 @@ from tvm import tirx
 from tvm.tirx import op as tirx_op
 
 from tilex.ir.names import KEEP_ALIVE_OP
-from tilex.ir.visit import is_op_call, map_nodes, seq_items
-
-_LAUNCH = "thread_extent"
+from tilex.ir.visit import is_op_call, map_nodes, seq_items, walk
+from tilex.transform.kernel_scope import outer_launch_chain
 
 
 def _is_dynamic_shared(stmt) -> bool:
     return isinstance(stmt, tirx.AllocBuffer) and str(stmt.buffer.scope()) == "shared.dyn"
-
-
-def _kernel_body_path(body):
-    """The statements from `body` down to the innermost launch AttrStmt of its one kernel, or None."""
-    node, path = body, []
-    while True:
-        if isinstance(node, tirx.SeqStmt):
-            launches = [s for s in node.seq if isinstance(s, tirx.AttrStmt) and s.attr_key == _LAUNCH]
-            if len(launches) != 1 or path:
-                return path or None
-            path.append(node)
-            node = launches[0]
-        elif isinstance(node, tirx.AttrStmt) and node.attr_key == _LAUNCH:
-            path.append(node)
-            node = node.body
-        else:
-            return path or None
-
-
-def _rebuild(path, inner):
-    """`path` (outermost first) with the innermost launch's body replaced by `inner`."""
-    for node in reversed(path):
-        if isinstance(node, tirx.SeqStmt):
-            inner = tirx.SeqStmt([inner if isinstance(s, tirx.AttrStmt) and s.attr_key == _LAUNCH else s
-                                  for s in node.seq])
-        else:
-            inner = tirx.AttrStmt(node.node, node.attr_key, node.value, inner)
-    return inner
 
 
 def _keep_alive(buffers):
@@ -66,9 +37,11 @@ def _keep_alive(buffers):
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.KeepTilesApart")
 def KeepTilesApart(func, mod, ctx):  # noqa: N802
-    path = _kernel_body_path(func.body)
-    if path is None or not isinstance(path[-1], tirx.AttrStmt):
-        return func
+    chain = outer_launch_chain(func.body)
+    launches = []
+    walk(func.body, (tirx.AttrStmt, lambda n: launches.append(n) if n.attr_key == "thread_extent" else None))
+    if chain is None or len(launches) != len(chain):
+        return func  # not one kernel
     hoisted, seen = [], set()
 
     def on_seq(node):
@@ -84,11 +57,17 @@ def KeepTilesApart(func, mod, ctx):  # noqa: N802
             return node
         return tirx.SeqStmt(keep) if len(keep) > 1 else (keep[0] if keep else tirx.Evaluate(0))
 
-    stripped = map_nodes(path[-1].body, (tirx.SeqStmt, on_seq), order="post")
+    kernel = chain[-1]
+    stripped = map_nodes(kernel.body, (tirx.SeqStmt, on_seq), order="post")
     if len(hoisted) < 2:
         return func  # nothing the merge could overlap
     touch = _keep_alive([a.buffer for a in hoisted])
-    return func.with_body(_rebuild(path, tirx.SeqStmt(hoisted + [touch] + seq_items(stripped) + [touch])))
+    body = tirx.SeqStmt(hoisted + [touch] + seq_items(stripped) + [touch])
+
+    def on_attr(node):
+        return tirx.AttrStmt(node.node, node.attr_key, node.value, body) if node.same_as(kernel) else node
+
+    return func.with_body(map_nodes(func.body, (tirx.AttrStmt, on_attr)))
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.DropKeepAlive")

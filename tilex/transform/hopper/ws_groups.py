@@ -157,6 +157,10 @@ def rewrite(ctx, loop, plan):
     lane0 = tirx.floormod(t, 32) == 0
     trips = hi - lo
 
+    def waits_before(i):
+        # the full barriers of the load groups statement i reads first
+        return [ts.wait_full(full) for (f, _, _), (full, _) in zip(groups, barriers) if f == i]
+
     def release(empty, stage):
         # every lane of the warp has finished reading before lane 0 frees the stage
         return seq([intrin.syncwarp(), tirx.IfThenElse(lane0, intrin.mbar_arrive(ptr(empty, stage)), None)])
@@ -188,7 +192,7 @@ def rewrite(ctx, loop, plan):
         """The consumers' statements for iteration k; `peeled`: the first one, which has no previous P V."""
         body = []
         for i, c in enumerate(consumers):
-            body += [ts.wait_full(full) for (f, _, _), (full, _) in zip(groups, barriers) if f == i]
+            body += waits_before(i)
             if last is not None and i == done_at and not peeled:
                 body += [intrin.wgmma_wait(0)] + [release(e, prev) for e in last_groups]
             if i == last:
@@ -211,16 +215,15 @@ def rewrite(ctx, loop, plan):
     if last is None and not config.get("disable_mma_overlap", False):
         tiles = overlap_tiles(ctx, loop, consumers, acc, gemms, sync_gemms, shared_written - plan.produced)
     if tiles:
-        consumer = consumer_loop(
-            ctx, ts, consumers, bufmap, tiles,
-            lambda i: [ts.wait_full(full) for (f, _, _), (full, _) in zip(groups, barriers) if f == i],
-            {i: [e for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i] for i in range(n)}, release)
+        consumer = consumer_loop(ctx, ts, consumers, bufmap, tiles, waits_before,
+                                 {i: [e for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i]
+                                  for i in range(n)}, release)
     elif last is None and not config.get("disable_mma_overlap", False):
         consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, seq(in_flight_iteration(
             [retarget(c, bufmap, s) for c in consumers], acc, gemms, sync_gemms,
             {i: [(e, {op.dst.buffer for _, op in copies}) for (_, lst, copies), (_, e) in zip(groups, barriers)
                  if lst == i] for i in range(n)},
-            lambda i: [ts.wait_full(full) for (f, _, _), (full, _) in zip(groups, barriers) if f == i],
+            waits_before,
             lambda e: release(e, s))))
     elif last is None:
         consumer = tirx.For(k, lo, trips, tirx.ForKind.SERIAL, iteration(False))
