@@ -19,15 +19,22 @@ def test_global_bytes_read_as_words():
     assert "*(uint4*)(((uint*)A_ptr) + (((int)threadIdx.x) * 4))" in src
 
 
-def test_two_dim_view_with_explicit_shape_in_a_parallel_loop():
-    @T.prim_func
-    def main(A: T.Tensor((64, 128), "float16"), B: T.Tensor((64, 64), "uint32")):
-        with T.Kernel(1, threads=128) as bx:
-            words = T.view(A, (64, 64), "uint32")
-            for i, j in T.Parallel(64, 64):
-                B[i, j] = words[i, j] ^ T.uint32(0x80008000)  # flip both halves' signs
+def _sign_flip(word="uint32"):
+    """B = the bits of A (64 x 128 float16) as 32-bit words, with both halves' sign bits flipped."""
+    flip = T.uint32(0x80008000) if word == "uint32" else T.int32(-2147450880)  # 0x80008000 in either type
 
-    src = tilex.compile(main, target="sm_90a").get_kernel_source()
+    @T.prim_func
+    def main(A: T.Tensor((64, 128), "float16"), B: T.Tensor((64, 64), word)):
+        with T.Kernel(1, threads=128) as bx:
+            words = T.view(A, (64, 64), word)
+            for i, j in T.Parallel(64, 64):
+                B[i, j] = words[i, j] ^ flip
+
+    return main
+
+
+def test_two_dim_view_with_explicit_shape_in_a_parallel_loop():
+    src = tilex.compile(_sign_flip(), target="sm_90a").get_kernel_source()
     assert "((uint*)A_ptr)" in src
 
 

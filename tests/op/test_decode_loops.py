@@ -6,6 +6,7 @@ import runpy
 
 import tilex
 import tilex.language as T
+from cuda_text import braced_block
 from tilex.op.parallel import inline_scalars
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -14,16 +15,6 @@ dequant_gemm_kernel = runpy.run_path(os.path.join(ROOT, "examples", "dequantize_
 
 def _source(func, **kw):
     return tilex.compile(func, target="sm_90a", **kw).get_kernel_source()
-
-
-def _body(src, start):
-    i = src.index("{", src.index(start))
-    depth, j = 0, i
-    while True:
-        depth += {"{": 1, "}": -1}.get(src[j], 0)
-        if depth == 0:
-            return src[i:j]
-        j += 1
 
 
 def test_decode_is_vectorized_and_prefetched():
@@ -38,7 +29,7 @@ def test_decode_is_vectorized_and_prefetched():
 def test_prefill_mma_overlaps_the_next_decode():
     """Warp-specialized: the decoded tile is double-buffered, the loop waits for the previous MMA only."""
     src = _source(dequant_gemm_kernel(512, 256, 512, bm=256, bn=128, bk=128, stages=2, threads=256), out_idx=-1)
-    loop = _body(src, "for (int k_1 = 0;")
+    loop = braced_block(src, "for (int k_1 = 0;")
     assert "wgmma_wait<1>" in loop and "wgmma_wait<0>" not in loop
     assert "wgmma_wait<0>" in src.split("for (int k_1 = 0;")[1]
 
@@ -67,7 +58,7 @@ def test_partial_transform_keeps_the_gemm_synchronous():
     """A decode that rewrites only part of the tile relies on the rest from earlier iterations: one buffer, and
     the MMA completes within its iteration."""
     src = _source(_partial_decode(), out_idx=-1)
-    loop = _body(src, "for (int k_1 = 0;")
+    loop = braced_block(src, "for (int k_1 = 0;")
     assert "wgmma_wait<1>" not in loop and "wgmma_wait<0>" in loop
 
 

@@ -6,6 +6,7 @@ import runpy
 
 import tilex
 import tilex.language as T
+from cuda_text import braced_block
 from tilex.kernels.softmax import softmax_kernel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -16,23 +17,11 @@ def _source(func, **kw):
     return tilex.compile(func, target="sm_90a", **kw).get_kernel_source()
 
 
-def _loop_body(src, var):
-    """The text of the first `for (int var ...` loop's body (braces matched)."""
-    start = src.index(f"for (int {var} = 0;")
-    i = src.index("{", start)
-    depth, j = 0, i
-    while True:
-        depth += {"{": 1, "}": -1}.get(src[j], 0)
-        if depth == 0:
-            return src[i:j]
-        j += 1
-
-
 def test_decode_loop_has_no_barrier():
     """The hand-written dequantizing GEMM's decode reads the packed tile and writes the decoded one: the two are
     different tiles, so no barrier runs per element (TVM's own planning put two there)."""
     src = _source(dequant_gemm_kernel(16, 256, 512, bm=16, bn=32, bk=256, stages=4), out_idx=-1)
-    assert "__syncthreads" not in _loop_body(src, "par_it")
+    assert "__syncthreads" not in braced_block(src, "for (int par_it = 0;")
     assert src.count("__syncthreads()") == 2  # k loop: stage landed (RAW); decoded tile written (RAW, WAR)
 
 
