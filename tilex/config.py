@@ -21,7 +21,7 @@ KNOWN = {
     "disable_mma_overlap": "warp-specialized loops that compute between their MMAs (attention) wait for every gemm at once instead of running the last one (P V) during the next iteration's softmax",
     "warpgroup_turns": "opt in: in such loops with two consumer warpgroups, each issues its block of MMAs (S of this key block, P V of the last) in turns with the other (named barriers), as FlashAttention-3's ping-pong",
     "disable_fast_math": "float32 T.exp2 / T.exp use the precise exp2f / expf instead of ex2.approx (one instruction, relative error about 2^-22)",
-    "decode_into_registers": "opt in: a shared tile that one T.Parallel loop writes whole and one T.gemm reads as B (transpose_B) becomes the MMA's register operand instead (the gemm runs swapped, C^T = B A^T); sm_90a",
+    "disable_decode_into_registers": "a shared tile that one T.Parallel loop writes whole and one T.gemm reads as B (transpose_B) stays in shared memory instead of becoming the MMA's register operand (the gemm swapped, C^T = B A^T; sm_90a)",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",
 }
 

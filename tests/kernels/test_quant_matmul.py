@@ -97,6 +97,18 @@ def test_split_k_program_compiles_warp_specialized(g):
     assert "tma_load_4d" in src and "atomic" in src
 
 
+def test_decode_loop_has_one_barrier_per_k_tile():
+    """The MMA reads the pipeline's landed stages, which the iteration's barrier already ordered: no second one."""
+    from cuda_text import braced_block
+    from tilex.jit import compile as compile_kernel
+    from tilex.kernels.quant_matmul import QuantTiles, quant_matmul
+
+    src = compile_kernel(quant_matmul(16, 512, 2048, "int4", 128, QuantTiles(64, 16, 256, 128, 4)), out_idx=-1,
+                         target="sm_90a").get_kernel_source()
+    loop = braced_block(src, "for (int kk = 0;")
+    assert "wgmma_m64n16k16_rs" in loop and loop.count("__syncthreads()") == 1
+
+
 def test_split_k_must_be_positive():
     pw = ops.pack_weight(quant.quantize(torch.randn(128, 128), "int4", group_size=128))
     with pytest.raises(ValueError, match="split_k"):

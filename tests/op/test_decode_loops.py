@@ -27,8 +27,10 @@ def test_decode_is_vectorized_and_prefetched():
 
 
 def test_prefill_mma_overlaps_the_next_decode():
-    """Warp-specialized: the decoded tile is double-buffered, the loop waits for the previous MMA only."""
-    src = _source(dequant_gemm_kernel(512, 256, 512, bm=256, bn=128, bk=128, stages=2, threads=256), out_idx=-1)
+    """Warp-specialized, the decoded tile kept in shared memory: it is double-buffered, the loop waits for the
+    previous MMA only."""
+    src = _source(dequant_gemm_kernel(512, 256, 512, bm=256, bn=128, bk=128, stages=2, threads=256), out_idx=-1,
+                  pass_configs={"tilex.disable_decode_into_registers": True})
     loop = braced_block(src, "for (int k_1 = 0;")
     assert "wgmma_wait<1>" in loop and "wgmma_wait<0>" not in loop
     assert "wgmma_wait<0>" in src.split("for (int k_1 = 0;")[1]

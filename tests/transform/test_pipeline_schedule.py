@@ -9,7 +9,7 @@ import tvm
 import pipeline_schedule_kernels as K
 
 import tilex.language as T
-from tilex.ir.names import ASYNC_MMA_WS, ASYNC_MMA_WS_DEFER
+from tilex.ir.names import ASYNC_MMA_CP_ASYNC, ASYNC_MMA_CP_ASYNC_SYNC, ASYNC_MMA_WS, ASYNC_MMA_WS_DEFER
 from tilex import config
 from tilex.engine import build, lower_to_tir
 from tilex.kernels.gemm import matmul
@@ -280,14 +280,17 @@ def test_consumer_touching_the_accumulator_keeps_wgmma_synchronous():
             T.copy(C_l, C[0, 0])
 
     # warp-specialized, the consumers issue their MMAs (ASYNC_MMA_WS_DEFER) and complete them before scaling C
-    # (a wgmma wait right after); on cp.async the gemm is not marked at all
+    # (a wgmma wait right after); on cp.async the gemm completes before the next statement, without a barrier of its
+    # own (ASYNC_MMA_CP_ASYNC_SYNC: its tiles are the landed stages)
     script = _pipelined(f, SM90, {})
     assert "tilex.ws_producer" in script
     assert f'"tilex.async_mma", {ASYNC_MMA_WS_DEFER}' in script and f'"tilex.async_mma", {ASYNC_MMA_WS})' not in script
     issued = script.index(f'"tilex.async_mma", {ASYNC_MMA_WS_DEFER}')
     assert issued < script.index("wgmma_wait", issued) < script.index("0.5", issued)
     script = _pipelined(f, SM90, NO_WS)
-    assert "tilex.async_mma" not in script and "tilex.ws_producer" not in script
+    assert "tilex.ws_producer" not in script
+    assert f'"tilex.async_mma", {ASYNC_MMA_CP_ASYNC_SYNC})' in script
+    assert f'"tilex.async_mma", {ASYNC_MMA_CP_ASYNC})' not in script
     assert "tilex.async_mma" in _pipelined(matmul(1024, 1024, 1024), SM90, NO_WS)
 
 

@@ -1,4 +1,4 @@
-"""RegisterOperand (opt in: tilex.decode_into_registers): a tile decoded by a T.Parallel loop for one T.gemm goes
+"""RegisterOperand (on by default; tilex.disable_decode_into_registers turns it off): a tile decoded by a T.Parallel loop for one T.gemm goes
 into the MMA's register operand; the gemm runs swapped (C^T = B A^T) with C laid out as the transposed
 accumulator. CPU: which programs it applies to and the CUDA they get for sm_90a."""
 import os
@@ -13,7 +13,7 @@ from tilex.op.gemm import transpose_fragment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 dequant_gemm_kernel = runpy.run_path(os.path.join(ROOT, "examples", "dequantize_gemm.py"))["dequant_gemm_kernel"]
-ON = {"tilex.decode_into_registers": True}
+OFF = {"tilex.disable_decode_into_registers": True}
 
 
 def _source(func, configs=None):
@@ -32,17 +32,17 @@ def test_transpose_fragment_maps_each_element_to_the_transposed_register():
 
 def test_prefill_decode_goes_into_the_register_operand():
     prog = dequant_gemm_kernel(512, 256, 512, bm=256, bn=128, bk=64, stages=4, threads=256)
-    src = _source(prog, ON)
+    src = _source(prog)
     assert "wgmma_m64n256k16_rs_f16" in src  # the decoded weights are the register operand, X the shared one
     assert "half B_s_ptr[32]" in src  # 128 x 64 decoded values over 256 threads, in registers
-    plain = _source(prog)
-    assert "wgmma_m64n128k16_f16" in plain and "_rs_" not in plain  # off by default: the program as written
+    plain = _source(prog, OFF)
+    assert "wgmma_m64n128k16_f16" in plain and "_rs_" not in plain  # turned off: the program as written
 
 
 def test_not_applied_when_the_rows_do_not_fill_warpgroups():
     """bn = 32 rows cannot be split into 64-row warpgroup MMAs: the program keeps its shared tile."""
     prog = dequant_gemm_kernel(16, 256, 512, bm=16, bn=32, bk=256, stages=4)
-    assert _source(prog, ON) == _source(prog)
+    assert _source(prog) == _source(prog, OFF)
 
 
 def _tile_read_twice(M=256, N=128, K=256):
@@ -68,5 +68,5 @@ def _tile_read_twice(M=256, N=128, K=256):
 
 
 def test_not_applied_when_the_tile_has_other_readers():
-    src = _source(_tile_read_twice(), ON)
+    src = _source(_tile_read_twice())
     assert "_rs_" not in src

@@ -44,8 +44,11 @@ ASYNC_MMA_SCOPE = "tilex.async_mma"
 #: (operands written by TMA only); completed before the next statement in a warp-specialized consumer whose
 #: shared operands are TMA stages or tiles written before the loop (fenced and synchronized once before it); the
 #: same but only issued, a later wait completes it (transform.hopper.ws_groups); fenced and synchronized like a
-#: gemm outside a pipeline (its shared operands are written in the loop) but only issued, a later wait completes it.
+#: gemm outside a pipeline (its shared operands are written in the loop) but only issued, a later wait completes it;
+#: completed before the next statement in a cp.async pipeline whose shared operands only the pipeline's copies
+#: write (the iteration's fence and barrier ordered them already).
 ASYNC_MMA_CP_ASYNC, ASYNC_MMA_WS, ASYNC_MMA_WS_SYNC, ASYNC_MMA_WS_DEFER, ASYNC_MMA_FENCED_DEFER = 1, 2, 3, 4, 5
+ASYNC_MMA_CP_ASYNC_SYNC = 6
 #: AttrStmt around the mbarrier initialization, hoisted before the role split: transform.hopper.ws_loops writes,
 #: transform.hopper.warp_specialize reads.
 WS_INIT = "tilex.ws_init"

@@ -17,8 +17,8 @@ from tvm import tirx
 from tilex import config
 from tilex.ir import intrin
 from tilex.ir.hardware import WGMMA, supports
-from tilex.ir.names import (ASYNC_MMA_CP_ASYNC, ASYNC_MMA_FENCED_DEFER, ASYNC_MMA_WS, ASYNC_MMA_WS_DEFER,
-                            ASYNC_MMA_WS_SYNC)
+from tilex.ir.names import (ASYNC_MMA_CP_ASYNC, ASYNC_MMA_CP_ASYNC_SYNC, ASYNC_MMA_FENCED_DEFER, ASYNC_MMA_WS,
+                            ASYNC_MMA_WS_DEFER, ASYNC_MMA_WS_SYNC)
 from tilex.ir.visit import storage_sync
 from tilex.layout import (make_wgmma_a_fragment, make_wgmma_accumulator_fragment, make_wgmma_operand_layout,
                           wgmma_swizzle_bytes)
@@ -173,6 +173,8 @@ def lower(op, ctx, p: WgmmaPlan):
         # completed by the wait of the next gemm (transform.hopper.ws_groups)
         wait = [intrin.wgmma_wait(0)] if ctx.async_mma == ASYNC_MMA_WS_SYNC else []
         return [intrin.wgmma_fence(), body, intrin.wgmma_commit(), *wait]
+    if ctx.async_mma == ASYNC_MMA_CP_ASYNC_SYNC:  # the pipeline fenced and synchronized its landed stage
+        return [intrin.wgmma_fence(), body, intrin.wgmma_commit(), intrin.wgmma_wait(0)]
     if ctx.async_mma == ASYNC_MMA_FENCED_DEFER:
         return [intrin.fence_proxy_async(), sync, intrin.wgmma_fence(), body, intrin.wgmma_commit()]
     if ctx.async_mma:

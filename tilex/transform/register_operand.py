@@ -10,7 +10,7 @@ Produces: ``Bs`` replaced by a register fragment that the same loop writes, and 
 
 Why: the tile's stores to shared memory and the MMAs' reads of it are what bound such programs (the hand-written
 dequantizing GEMM: benchmarks/README.md). Applied where the swapped gemm has a warpgroup-MMA plan (sm_90a, N a
-multiple of 64 per warpgroup); opt in for now (``tilex.decode_into_registers``) until it is measured on a GPU.
+multiple of 64 per warpgroup); ``tilex.disable_decode_into_registers`` keeps the program's shared tile.
 """
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ def _register_tiles(func, threads, target):
 
 
 def register_operand(func, target):
-    """The pass (see the module docstring); `func` unchanged when it has no such gemm or the option is off."""
-    if not config.get("decode_into_registers", False):
+    """The pass (see the module docstring); `func` unchanged when it has no such gemm or the option disables it."""
+    if config.get("disable_decode_into_registers", False):
         return func
     info = kernel_info(func)
     if info is None:

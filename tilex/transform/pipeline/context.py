@@ -5,7 +5,7 @@ from __future__ import annotations
 from tvm import tirx
 
 from tilex.op import gemm_wgmma
-from tilex.op.base import TileOpError
+from tilex.op.base import TileOpError, is_shared
 from tilex.op.gemm import GemmOp
 from tilex.transform.pipeline.analysis import accesses, tile_op
 
@@ -44,6 +44,14 @@ class PipelineContext:
                 if i != g and ((reads | writes) & g_writes or writes & g_reads):
                     return False
         return True
+
+    def landed_gemms(self, consumers):
+        """Indices of the consumers that are wgmma T.gemms whose shared operands no consumer writes: in a cp.async
+        pipeline only the copies write them, which the iteration's fence and barrier order before its compute."""
+        acc = [accesses(c) for c in consumers]
+        written = set().union(*(w for _, w in acc)) if acc else set()
+        return [i for i, c in enumerate(consumers)
+                if self.is_wgmma_gemm(c) and not {b for b in acc[i][0] if is_shared(b)} & written]
 
     def multi_buffer(self, versions):
         """{buffer: its multi-buffered form} for {buffer: versions wanted}. The form holds the most versions any

@@ -14,7 +14,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.names import ASYNC_MMA_CP_ASYNC, ASYNC_MMA_SCOPE
+from tilex.ir.names import ASYNC_MMA_CP_ASYNC, ASYNC_MMA_CP_ASYNC_SYNC, ASYNC_MMA_SCOPE
 from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.transform.pipeline.analysis import annotations_without_pipeline, make_async, retarget
 
@@ -55,7 +55,14 @@ def rewrite(ctx, loop, plan):
         tail = [intrin.wgmma_wait(0), storage_sync()]
     else:
         # one barrier per iteration: after it every thread (a) sees stage k % S and (b) has finished computing
-        # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k
+        # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k. A wgmma
+        # gemm reading only landed stages needs no fence and barrier of its own (a decode into its register
+        # operand keeps it from staying in flight)
+        landed_gemms = ctx.landed_gemms(consumers)
+        if landed_gemms:
+            compute = retarget(seq([tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_CP_ASYNC_SYNC, c)
+                                    if i in landed_gemms else c for i, c in enumerate(consumers)]),
+                               bufmap, tirx.floormod(k, stages))
         step = landed + refill + [compute]
         tail = []
     ann = annotations_without_pipeline(loop)
