@@ -41,6 +41,12 @@ __device__ __forceinline__ void scale_zero_pair_bf16(void* p, __nv_bfloat16 s, _
   *h = __hmul2(__hsub2(*h, __bfloat162bfloat162(z)), __bfloat162bfloat162(s));
 }
 
+// p[0..1] = p[0..1] * s + b
+__device__ __forceinline__ void scale_shift_pair_bf16(void* p, __nv_bfloat16 s, __nv_bfloat16 b) {
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(p);
+  *h = __hfma2(*h, __bfloat162bfloat162(s), __bfloat162bfloat162(b));
+}
+
 __device__ __forceinline__ void zero_pair_bf16(void* p, __nv_bfloat16 z) {
   __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(p);
   *h = __hsub2(*h, __bfloat162bfloat162(z));

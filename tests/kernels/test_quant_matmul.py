@@ -35,6 +35,20 @@ def test_quant_matmul_rejects_bad_x():
         ops.quant_matmul(torch.randn(2, 128, dtype=torch.bfloat16), pw)
 
 
+def test_small_zero_points_are_packed_as_offsets():
+    """Float16 codes of at most 4 bits with zero-points store -(zero * scale), rounded once from float32, which
+    the kernel adds with the scaling fma; wider codes, bfloat16 and per-channel scales keep the zeros."""
+    w = torch.randn(256, 512)
+    qw = quant.quantize(w, "uint4", group_size=128, zero_point=True)
+    pw = ops.pack_weight(qw)
+    want = (-(qw.scales.T.half().float() * qw.zeros.T.half().float())).half()
+    assert pw.offsets and torch.equal(pw.zeros, want)
+    for q, act in ((quant.quantize(w, "uint8", group_size=128, zero_point=True), "float16"),
+                   (qw, "bfloat16"), (quant.quantize(w, "uint4", group_size=512, zero_point=True), "float16")):
+        p = ops.pack_weight(q, act=act)
+        assert not p.offsets and torch.equal(p.zeros, q.zeros.T.to(getattr(torch, act)))
+
+
 def test_symmetric_unsigned_weights_are_packed_as_signed():
     """uint codes around the implicit zero 2^(b-1) decode exactly as the signed type of the flipped top bit, which
     saves the zero-point subtraction; real zero-points stay."""

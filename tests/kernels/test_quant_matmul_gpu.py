@@ -60,6 +60,26 @@ def test_ragged_weights(N, K, g):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_offsets(act):
+    """The kernel with an offset tile (Z = -(zero * scale)) against torch, in both activation dtypes."""
+    from tilex.jit import compile as compile_kernel
+    from tilex.kernels.quant_matmul import quant_matmul
+
+    M, N, K, g = 9, 256, 512, 64
+    tdt = getattr(torch, act)
+    qw = quant.quantize(torch.randn(N, K, device="cuda") / K ** 0.5, "uint4", group_size=g, zero_point=True)
+    pw = ops.pack_weight(qw, act=act)
+    offsets = (-(pw.scales.float() * qw.zeros.T.float())).to(tdt).contiguous()
+    k = compile_kernel(quant_matmul(M, N, K, "uint4", g, pw.tiles, act=act, zero_point=True, offset=True),
+                       out_idx=-1)
+    x = torch.randn(M, K, device="cuda", dtype=tdt)
+    ref = x.float() @ quant.dequantize(qw, tdt).float().T
+    err = ((k(x, pw.words, pw.scales, offsets).float() - ref).abs().max() / ref.abs().max()).item()
+    assert err < (2e-2 if act == "bfloat16" else 4e-3), err
+
+
+@pytest.mark.gpu
 def test_prefill_tiles():
     _check(300, 256, 512, "int4", tiles=QuantTiles(bn=128, bk=64, threads=256, num_stages=3))
 

@@ -85,6 +85,36 @@ def test_quant_matmul_zero_points_compile(act, g):
         assert "scale_zero_pair" not in src and "* -0x1p+0f" in src  # the shift: -(scale * zero) in float32
 
 
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_quant_matmul_offsets_take_one_fma_per_pair(act):
+    """An offset tile (-(zero * scale) computed ahead) is added by the scaling fma: no shift math in the kernel."""
+    k = tilex.compile(quant_matmul(5, 256, 512, "uint4", 64, QuantTiles(num_stages=3), act=act, zero_point=True,
+                                   offset=True), out_idx=-1, target="sm_90a")
+    src = k.get_kernel_source()
+    assert f"scale_shift_pair_{'f16' if act == 'float16' else 'bf16'}" in src
+    assert "scale_zero_pair" not in src and "-0x1p+0f" not in src
+
+
+def test_offset_needs_a_scale_and_no_zero():
+    with pytest.raises(ValueError, match="offset goes with a scale and without a zero"):
+        _offset_program(scale=False)
+    with pytest.raises(ValueError, match="offset goes with a scale and without a zero"):
+        _offset_program(zero=True)
+
+
+def _offset_program(scale=True, zero=False):
+    @T.prim_func
+    def main(P: T.Tensor((512,), "int32"), S: T.Tensor((1, 128), "float16"), Y: T.Tensor((128, 128), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            S_s = T.alloc_shared((1, 128), "float16")
+            W = T.alloc_fragment((128, 128), "float16")
+            T.copy(S, S_s)
+            T.dequantize(P, W, T.uint4, scale=S_s if scale else None, zero=S_s if zero else None, offset=S_s,
+                         group_size=128)
+
+    return main
+
+
 def test_quant_matmul_prefill_tiles_use_wgmma():
     k = tilex.compile(quant_matmul(512, 256, 512, "int4", 128, QuantTiles(bn=128, bm=128, bk=64, threads=256,
                                                                           num_stages=3)), out_idx=-1,

@@ -228,9 +228,9 @@ def scale_pair(dtype, ptr, scale=None, zero=None):
     return _stmt(f"{ZERO_PAIR}_{suffix}", ptr, zero)
 
 
-def scale_shift_pair(ptr, scale, shift):
-    """Two float16 values at `ptr` become ``x * scale + shift`` (one fma)."""
-    return _stmt(f"{SCALE_SHIFT_PAIR}_f16", ptr, scale, shift)
+def scale_shift_pair(dtype, ptr, scale, shift):
+    """Two 16-bit floats of `dtype` at `ptr` become ``x * scale + shift`` (one fma)."""
+    return _stmt(f"{SCALE_SHIFT_PAIR}_{_PAIR_SUFFIX[dtype]}", ptr, scale, shift)
 
 
 # ---- reduce.h -----------------------------------------------------------------------------------------------------

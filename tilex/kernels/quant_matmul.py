@@ -45,10 +45,12 @@ def weight_fragment(tiles: QuantTiles, target, act="float16"):
 
 
 def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), act="float16", zero_point=False,
-                 split_k=1):
+                 split_k=1, offset=False):
     """The tile program: X (M, K) act, Wp (packed, see the module doc), S / Z (K // g, N) act -> Y (M, N) act.
     With `split_k` > 1 the k tiles are shared out among `split_k` blocks per output tile (grid z), which add their
-    partial sums into a float32 Y that must hold zeros on entry (for grids much smaller than the GPU)."""
+    partial sums into a float32 Y that must hold zeros on entry (for grids much smaller than the GPU). With
+    `offset` (and `zero_point`, groups shorter than K) Z holds -(zero * scale) instead of the zeros: the weight is
+    code * scale + Z, one fma per decoded pair."""
     wt = dtypes.lookup(str(wtype))
     bn, bm, bk = tiles.bn, tiles.bm, tiles.bk
     g = group_size
@@ -91,7 +93,10 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
                     T.copy(S[((bz * k_per + kk) * bk) // g, bx * bn], S_s)
                     if zero_point:
                         T.copy(Z[((bz * k_per + kk) * bk) // g, bx * bn], Z_s)
-                        T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
+                        if offset:
+                            T.dequantize(W_s, W_f, wt, scale=S_s, offset=Z_s, group_size=g)
+                        else:
+                            T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
                     else:
                         T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
                 T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)

@@ -95,9 +95,11 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
     return gemm_call(A, B, C, transpose_A, transpose_B, policy, clear_accum)
 
 
-def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0):
+def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0, offset=None):
     """Decode packed low-bit codes into the float16/bfloat16 fragment `out`:
-    ``out[i, j] = (value(code[i, j]) - zero) * scale``, with per-group scale and zero.
+    ``out[i, j] = (value(code[i, j]) - zero) * scale``, with per-group scale and zero, or
+    ``value(code[i, j]) * scale + offset`` with a per-group `offset` instead of a zero (one fma per pair; an
+    offset of -(zero * scale) computed ahead, or the "min" of min/scale quantization formats).
 
     `dtype` is a low-bit type (``T.uint4``, ``T.int3``, ``T.float6_e3m2``, ``tilex.dtypes.float_type(...)`` or its
     name); `packed` holds 32-bit words in the order `tilex.op.dequantize.packed_order` gives for `out`'s layout
@@ -112,7 +114,9 @@ def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0):
     except ValueError as e:
         raise ValueError(f"{api}: {e}") from None
     group_size = as_int(api, "group_size", group_size, minimum=0)
-    return dequantize_call(packed, out, name, scale, zero, group_size)
+    if offset is not None and (scale is None or zero is not None):
+        raise ValueError(f"{api}: an offset goes with a scale and without a zero (value * scale + offset)")
+    return dequantize_call(packed, out, name, scale, zero, group_size, offset)
 
 
 def fill(buffer, value, annotations=None):

@@ -1,7 +1,8 @@
 """`T.dequantize`: decode a tile of packed low-bit codes (`tilex.dtypes`: int1..8, uint1..8, float eXmY) into a
 float16/bfloat16 register fragment, with optional per-group scales and zero-points:
 ``out[i, j] = (value(code[i, j]) - zero[j // g, i]) * scale[j // g, i]`` (scale and zero tiles are (groups, rows),
-like the (K // g, N) tensors they come from).
+like the (K // g, N) tensors they come from), or with an offset instead of a zero:
+``value(code[i, j]) * scale[j // g, i] + offset[j // g, i]``.
 
 The codes are packed for the fragment they decode into: thread t's elements, in the fragment's local order, come
 as consecutive 32-code *chunks* (`tilex.ir.lowbit_chunk`), b 32-bit words each; `packed` (a shared or global
@@ -30,13 +31,14 @@ from tilex.op.partition import static_shape
 from tilex.op.region import READ, WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
 
-def dequantize_call(packed, out, dtype, scale=None, zero=None, group_size=0):
+def dequantize_call(packed, out, dtype, scale=None, zero=None, group_size=0, offset=None):
     t = dtypes.lookup(str(dtype))
     regions = [to_region(packed).to_call(READ), to_region(out).to_call(WRITE)]
     args = [intrin.LOWBIT_KINDS[t.kind], t.bits, t.exponent, t.mantissa, int(group_size)]
     for r in (scale, zero):
         regions.append(to_region(r).to_call(READ) if r is not None else tirx.const(0, "int32"))
-    return tirx.call_intrin("handle", "tilex.dequantize", *regions, *args)
+    tail = [to_region(offset).to_call(READ) if offset is not None else tirx.const(0, "int32")]
+    return tirx.call_intrin("handle", "tilex.dequantize", *regions, *args, *tail)
 
 
 def words_per_thread(frag: Fragment, bits: int) -> int:
@@ -74,8 +76,8 @@ def packed_order(frag: Fragment) -> np.ndarray:
 @register_tile_op("tilex.dequantize")
 class DequantizeOp(TileOp):
     def __init__(self, packed: Region, out: Region, kind, bits, exponent, mantissa, group_size, scale=None,
-                 zero=None):
-        self.packed, self.out, self.scale, self.zero = packed, out, scale, zero
+                 zero=None, offset=None):
+        self.packed, self.out, self.scale, self.zero, self.offset = packed, out, scale, zero, offset
         kind_name = {v: k for k, v in intrin.LOWBIT_KINDS.items()}[int(kind)]
         if kind_name == "float":
             self.dtype = dtypes.float_type(int(exponent), int(mantissa))
@@ -88,11 +90,13 @@ class DequantizeOp(TileOp):
         a = call.args
         scale = Region.from_call(a[2]) if isinstance(a[2], tvm.ir.Call) else None
         zero = Region.from_call(a[3]) if isinstance(a[3], tvm.ir.Call) else None
-        return cls(Region.from_call(a[0]), Region.from_call(a[1]), *[int(x.value) for x in a[4:9]], scale, zero)
+        offset = Region.from_call(a[9]) if isinstance(a[9], tvm.ir.Call) else None
+        return cls(Region.from_call(a[0]), Region.from_call(a[1]), *[int(x.value) for x in a[4:9]], scale, zero,
+                   offset)
 
     def buffers(self):
         # the written operand last, as every tile operator lists them (the pipeliner reads it so)
-        return [r.buffer for r in (self.packed, self.scale, self.zero, self.out) if r is not None]
+        return [r.buffer for r in (self.packed, self.scale, self.zero, self.offset, self.out) if r is not None]
 
     def describe(self):
         return f"T.dequantize({self.packed}, {self.out}, {self.dtype})"
@@ -118,8 +122,10 @@ class DequantizeOp(TileOp):
         if str(out.dtype) == "float16" and not self.dtype.exact_in("float16"):
             raise TileOpError(f"{self.describe()}: {self.dtype} does not fit float16 exactly; decode into "
                               f"bfloat16")
+        if self.offset is not None and (self.scale is None or self.zero is not None):
+            raise TileOpError(f"{self.describe()}: an offset goes with a scale and without a zero")
         rows, cols = (int(x) for x in out.shape)
-        for name, r in (("scale", self.scale), ("zero", self.zero)):
+        for name, r in (("scale", self.scale), ("zero", self.zero), ("offset", self.offset)):
             if r is None:
                 continue
             if self.group_size <= 0:
@@ -144,9 +150,12 @@ class DequantizeOp(TileOp):
         pair_keys = self._pair_groups(frag, t, ctx.analyzer)  # empty without a scale or zero
         cached = {}
         scale_regs = []
-        # codes of at most 4 bits with scales and zeros, in float16: (x - z) * s as one fma, x * s + (-(z * s))
+        # codes of at most 4 bits with scales and zeros, in float16: (x - z) * s as one fma, x * s + (-(z * s));
+        # an offset is that shift given
         fused = (self.scale is not None and self.zero is not None and bits <= 4
                  and str(self.out.buffer.dtype) == "float16")
+        shifts = self.zero if fused else self.offset
+        act = str(self.out.buffer.dtype)
         for c in range(frag.local_size // CODES):
             stmts.append(intrin.decode_chunk(str(self.out.buffer.dtype), self.kind, bits, self.dtype.exponent,
                                              self.dtype.mantissa, words.access_ptr("r", offset=c * bits,
@@ -156,7 +165,7 @@ class DequantizeOp(TileOp):
                 key, (row, grp) = pair_keys[local]
                 if key not in cached:
                     regs, loaded = [], []
-                    for r in (self.scale, self.zero):
+                    for r in (self.scale, self.zero if self.offset is None else self.offset):
                         if r is None:
                             regs.append(None)
                             continue
@@ -173,10 +182,10 @@ class DequantizeOp(TileOp):
                     cached[key] = regs
                 s, z = cached[key]
                 ptr = out_loc.access_ptr("rw", offset=local, extent=2)
-                if fused and s is not None and z is not None:
-                    stmts.append(intrin.scale_shift_pair(ptr, s, z))
+                if shifts is not None:
+                    stmts.append(intrin.scale_shift_pair(act, ptr, s, z))
                 else:
-                    stmts.append(intrin.scale_pair(str(self.out.buffer.dtype), ptr, s, z))
+                    stmts.append(intrin.scale_pair(act, ptr, s, z))
         # scale / zero loads first: a few registers, read before the words they scale are decoded
         binds = [tirx.Bind(v, _cast(value, str(self.out.buffer.dtype))) for v, value in scale_regs]
         return tirx.SeqStmt(stmts[:2] + binds + stmts[2:])
@@ -192,7 +201,7 @@ class DequantizeOp(TileOp):
     def _pair_groups(self, frag, t, analyzer):
         """local -> (key, (row, group index)) of each even local: the scale / zero coordinates of the pair it
         starts (elements 2m, 2m+1 must share them; `key` is equal for pairs with the same coordinates)."""
-        if self.scale is None and self.zero is None:
+        if self.scale is None and self.zero is None and self.offset is None:
             return {}
         inv = frag.inverse()
         g = self.group_size

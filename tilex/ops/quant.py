@@ -38,8 +38,9 @@ def prepack_weight_kernel(codes, wtype, tiles: QuantTiles, target, act="float16"
 
 @dataclass
 class PackedWeight:
-    """A low-bit weight (N, K) ready for `quant_matmul_torch`: pre-packed words, scales and zeros as (K // g, N)
-    tensors of the activation dtype, and the block tile the words were packed for."""
+    """A low-bit weight (N, K) ready for `quant_matmul`: pre-packed words, scales and zeros as (K // g, N)
+    tensors of the activation dtype, and the block tile the words were packed for. With `offsets`, `zeros` holds
+    -(zero * scale) (computed in float32, rounded once: what the kernel would compute per group) instead."""
 
     words: torch.Tensor
     scales: torch.Tensor
@@ -50,6 +51,7 @@ class PackedWeight:
     tiles: QuantTiles
     act: str
     target: str
+    offsets: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -83,8 +85,15 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
         # and skip the zero-point subtraction (exact: code - 2^(b-1) == two's complement of code ^ 2^(b-1))
         codes, wt, zeros = codes ^ (1 << (wt.bits - 1)), dtypes.int_type(wt.bits, signed=True), None
     words = prepack_weight(codes, wt, tiles, target, act)
-    zeros = None if zeros is None else zeros.T.to(tdt).contiguous()
-    return PackedWeight(words, qw.scales.T.to(tdt).contiguous(), zeros, wt, g, (n, k), tiles, act, target)
+    scales = qw.scales.T.to(tdt).contiguous()
+    # codes of at most 4 bits in float16 decode as code * s + (-(z * s)) (one fma, op/dequantize.py): that shift
+    # is computed here once instead of per group in every block (per-channel scales are applied after the sums)
+    offsets = zeros is not None and wt.bits <= 4 and act == "float16" and g < k
+    if offsets:
+        zeros = (-(scales.float() * zeros.T.to(tdt).float())).to(tdt).contiguous()
+    elif zeros is not None:
+        zeros = zeros.T.to(tdt).contiguous()
+    return PackedWeight(words, scales, zeros, wt, g, (n, k), tiles, act, target, offsets)
 
 
 def _m_tile(m):
@@ -102,7 +111,7 @@ _KERNELS: dict = {}
 
 def _program(m, pw: PackedWeight, tiles, split_k):
     return quant_matmul_program(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
-                                zero_point=pw.zeros is not None, split_k=split_k)
+                                zero_point=pw.zeros is not None, split_k=split_k, offset=pw.offsets)
 
 
 def _block_tiles(m, pw: PackedWeight, split_k):
@@ -129,7 +138,8 @@ def _block_tiles(m, pw: PackedWeight, split_k):
 def _kernel(m, pw: PackedWeight, split_k=1):
     t = pw.tiles
     bm = _m_tile(m)
-    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.act, t, bm, pw.target, split_k)
+    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.offsets, pw.act, t, bm, pw.target,
+           split_k)
     if key not in _KERNELS:
         prog = _program(m, pw, _block_tiles(m, pw, split_k), split_k)
         # split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
