@@ -80,12 +80,14 @@ def view(buffer, shape=None, dtype=None):
     reads a uint8 tensor four bytes at a time (TileLang's ``T.view``).
 
     `shape` defaults to `buffer`'s with its last dimension rescaled to the new element size; the view must cover
-    exactly the bytes of `buffer`. Views of global tensors and per-thread local buffers are supported; a shared
-    tile or a fragment has a layout the view would have to follow, which tilex does not derive yet."""
+    exactly the bytes of `buffer`. Global tensors, per-thread local buffers and fragments can be viewed. A fragment's
+    view keeps every thread's bits (`tilex.layout.reinterpret`): only its last dimension may change, and merged
+    elements must be consecutive registers of one thread in the fragment's layout. A shared tile has a layout
+    (a swizzle) the view would have to follow, which tilex does not derive yet."""
     scope = str(buffer.scope())
-    if scope not in ("global", "", "local"):
-        raise NotImplementedError(f"T.view of '{buffer.name}' in scope '{scope}': only global tensors and T.alloc_local "
-                                  f"buffers can be viewed (a shared tile or fragment has a layout the view would "
+    if scope not in ("global", "", "local", "local.fragment"):
+        raise NotImplementedError(f"T.view of '{buffer.name}' in scope '{scope}': only global tensors, T.alloc_local "
+                                  f"buffers and fragments can be viewed (a shared tile has a layout the view would "
                                   f"have to follow)")
     old = tvm.DataType(str(buffer.dtype))
     new = tvm.DataType(str(canonical_dtype(dtype))) if dtype is not None else old
@@ -105,6 +107,9 @@ def view(buffer, shape=None, dtype=None):
     if old_bits != new_bits:
         raise ValueError(f"T.view: '{buffer.name}' holds {old_bits // 8} bytes ({old_shape} x {old}) but the view "
                          f"{shape} x {new} would cover {new_bits // 8}")
+    if scope == "local.fragment" and [_static_dim(d, "the view") for d in shape[:-1]] != old_shape[:-1]:
+        raise ValueError(f"T.view of fragment '{buffer.name}' {old_shape} as {shape}: a fragment's view keeps every "
+                         f"dimension but the last (each thread keeps its bits)")
     return _ir.decl_buffer(shape, str(new), data=buffer.data, scope=scope or "global")
 
 

@@ -23,7 +23,7 @@ from tilex.layout.codec import decode_call, encode
 from tilex.op.base import InferContext, InferLevel, LayoutConflictError, TileOpError, is_fragment
 from tilex.op.parallel import ParallelOp
 from tilex.transform.kernel_scope import kernel_info
-from tilex.transform.op_collect import collect_tile_ops
+from tilex.transform.op_collect import collect_fragment_views, collect_tile_ops
 
 
 def infer_layouts(ops, threads, target=None, pinned=None, spans=None):
@@ -94,8 +94,9 @@ def layout_inference(func, target=None):
     found = collect_tile_ops(func.body)
     if not found:
         return func
-    ops = [op for _, op in found]
-    spans = [span_of(getattr(stmt, "value", None), stmt) for stmt, _ in found]
+    views = collect_fragment_views(func.body)  # layout relations between a fragment and its T.view
+    ops = [op for _, op in found] + [op for _, op in views]
+    spans = [span_of(getattr(stmt, "value", None), stmt) for stmt, _ in found] + [span_of(d) for d, _ in views]
     pinned, body = _take_annotations(func.body)
     func = func.with_body(body)
     layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned, spans=spans)

@@ -22,7 +22,7 @@ from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info
-from tilex.transform.op_collect import is_parallel_nest
+from tilex.transform.op_collect import collect_fragment_views, is_parallel_nest
 
 #: tilex ops that may remain in a program after its tile operators are lowered (a later pass consumes them)
 _MARKERS_AFTER_LOWERING = (USE_SWIZZLE_OP,)
@@ -91,6 +91,9 @@ def lower_tile_ops(func, target=None):
                        analyzer=tvm.sym.Analyzer(), remap={})
     staged = any(op.stages_swizzled_shared(ctx) for op in _tile_ops(func.body))
     remap = ctx.remap = _physical_buffers(_allocated_buffers(func.body), layout_map, staged)
+    views = [op for _, op in collect_fragment_views(func.body)]
+    for op in views:
+        remap[op.view] = _physical_buffers([op.view], layout_map)[op.view]
     ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)
     for var, ext in info.block_extents.items():
         ctx.analyzer.bind(var, tvm.ir.Range(0, ext), allow_override=True)
@@ -119,6 +122,13 @@ def lower_tile_ops(func, target=None):
         phys = remap.get(node.buffer)
         return tirx.AllocBuffer(phys) if phys is not None else node
 
+    def on_decl(node, m):
+        op = next((v for v in views if v.view.same_as(node.buffer)), None)
+        if op is None:
+            return node
+        # the view's registers are the base's: declared over its local array, as another element type
+        return tirx.DeclBuffer(remap[op.view], data=remap[op.base].data)
+
     def on_attr(node, m):
         if node.attr_key != ASYNC_MMA_SCOPE:
             body = m.mutate(node.body)
@@ -137,7 +147,8 @@ def lower_tile_ops(func, target=None):
         return tirx.IfThenElse(node.condition, then_case, else_case)
 
     body = mutate(func.body, [(tirx.Evaluate, on_eval), (tirx.For, on_for),
-                                                 (tirx.AllocBuffer, on_alloc), (tirx.IfThenElse, on_if),
+                                                 (tirx.AllocBuffer, on_alloc), (tirx.DeclBuffer, on_decl),
+                                 (tirx.IfThenElse, on_if),
                                  (tirx.AttrStmt, on_attr)])
     body = _remap_leftover_accesses(body, ctx)
     # element atomics on shared memory were built before buffers took their final form: make them visible to

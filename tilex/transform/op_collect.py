@@ -7,8 +7,10 @@ from tvm import tirx
 
 from tilex.ir.visit import walk
 
+from tilex.op.base import is_fragment
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
+from tilex.op.view import FragmentView
 
 
 def is_parallel_nest(node):
@@ -34,3 +36,33 @@ def collect_tile_ops(body):
 
     walk(body, [(tirx.Evaluate, on_eval), (tirx.For, on_for)], order="pre")
     return found
+
+
+def collect_fragment_views(body):
+    """[(DeclBuffer, FragmentView)]: every T.view of a fragment (a fragment DeclBuffer over another fragment's
+    data), views of views included."""
+    frags, decls = [], []
+
+    def on_alloc(node):
+        if is_fragment(node.buffer):
+            frags.append(node.buffer)
+
+    def on_decl(node):
+        if is_fragment(node.buffer):
+            frags.append(node.buffer)
+            decls.append(node)
+
+    def source(expr):  # T.view declares its buffer over tirx.buffer_data(base), the base buffer or its data
+        if isinstance(expr, tvm.ir.Call) and expr.op.name == "tirx.buffer_data":
+            expr = expr.args[0]
+        return expr
+
+    walk(body, [(tirx.AllocBuffer, on_alloc), (tirx.DeclBuffer, on_decl)])
+    out = []
+    for d in decls:
+        src = source(d.data)
+        base = next((b for b in frags if (b.same_as(src) or b.data.same_as(src)) and not b.same_as(d.buffer)),
+                    None)
+        if base is not None:
+            out.append((d, FragmentView(base, d.buffer)))
+    return out

@@ -3,6 +3,9 @@ short description for errors; and the two edits they make: retargeting accesses 
 buffer, and marking a copy asynchronous."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import tvm
 import tvm_ffi
 from tvm import tirx
@@ -13,6 +16,7 @@ from tilex.op.base import is_shared
 from tilex.op.copy import CopyOp
 from tilex.op.region import READ, WRITE, Region
 from tilex.op.registry import parse_tile_op
+from tilex.transform.op_collect import collect_fragment_views
 
 PIPELINE_ANNOTATIONS = (NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE)
 
@@ -41,9 +45,33 @@ def written_shared(stmt):
     return {b for b in out if is_shared(b)}
 
 
+#: {fragment view: the buffer it views} of the kernel being pipelined (`viewing`): an access through a T.view is an
+#: access of the registers it views, so a wgmma reading a fragment must not stay in flight while a view of it is
+#: written
+_VIEW_BASES = contextvars.ContextVar("tilex_view_bases", default={})
+
+
+@contextlib.contextmanager
+def viewing(body):
+    """Within: `accesses` reports a fragment view's accesses as its base's (the views of `body`)."""
+    token = _VIEW_BASES.set({op.view: op.base for _, op in collect_fragment_views(body)})
+    try:
+        yield
+    finally:
+        _VIEW_BASES.reset(token)
+
+
+def _viewed(buf):
+    bases = _VIEW_BASES.get()
+    while buf in bases:
+        buf = bases[buf]
+    return buf
+
+
 def accesses(stmt):
     """(buffers read, buffers written) by a statement: tile-op regions by their access mask, plain loads and
-    stores otherwise (a region's own BufferLoad only names its buffer, it is not a read)."""
+    stores otherwise (a region's own BufferLoad only names its buffer, it is not a read); a fragment view counts
+    as the fragment it views (within `viewing`)."""
     reads, writes = set(), set()
 
     def on_call(c):
@@ -60,6 +88,8 @@ def accesses(stmt):
 
     walk(stmt, [(tvm.ir.Call, on_call), (BufferLoadNode, lambda n: reads.add(n.source)),
                 (tirx.BufferStore, lambda n: writes.add(n.buffer))], order="pre")
+    if _VIEW_BASES.get():
+        return {_viewed(b) for b in reads}, {_viewed(b) for b in writes}
     return reads, writes
 
 

@@ -28,12 +28,17 @@ from tilex.transform.hopper import ws_groups, ws_loops
 from tilex.transform.hopper.ws_decision import warp_specializable
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.pipeline import cp_async, explicit
-from tilex.transform.pipeline.analysis import strip_annotations
+from tilex.transform.pipeline.analysis import strip_annotations, viewing
 from tilex.transform.pipeline.context import PipelineContext
 from tilex.transform.pipeline.schedule import DerivedPlan, schedule
 
 
 def inject_pipeline(func, target=None):
+    with viewing(func.body):  # writes through a fragment's T.view are writes of the fragment
+        return _inject(func, target)
+
+
+def _inject(func, target):
     info = kernel_info(func)
     allocs = {}
 
