@@ -294,6 +294,29 @@ def test_consumer_touching_the_accumulator_keeps_wgmma_synchronous():
     assert "tilex.async_mma" in _pipelined(matmul(1024, 1024, 1024), SM90, NO_WS)
 
 
+def test_reading_the_accumulator_through_a_view_keeps_wgmma_synchronous():
+    """A T.view of the accumulator is the accumulator: a consumer reading it waits for the MMA."""
+    @T.prim_func
+    def f(A: T.Tensor((128, 256), "float16"), B: T.Tensor((256, 128), "float16"), C: T.Tensor((128, 128), "int32")):
+        with T.Kernel(1, 1, threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            D_l = T.alloc_fragment((128, 128), "int32")
+            T.clear(C_l)
+            for k in T.Pipelined(8, num_stages=3):
+                T.copy(A[0, k * 32], A_s)
+                T.copy(B[k * 32, 0], B_s)
+                T.gemm(A_s, B_s, C_l)
+                bits = T.view(C_l, dtype="int32")
+                for i, j in T.Parallel(128, 128):
+                    D_l[i, j] = bits[i, j]
+            T.copy(D_l, C[0, 0])
+
+    script = _pipelined(f, SM90, NO_WS)
+    assert f'"tilex.async_mma", {ASYNC_MMA_CP_ASYNC})' not in script
+
+
 # ---- nvcc ------------------------------------------------------------------------------------------------------------
 
 NVCC_CASES = {
