@@ -9,7 +9,10 @@
 //   `addr` (N a power of two, `addr` aligned to N elements). It uses the widest hardware vector atomic available:
 //   sm_90 global memory: float2/float4 atomicAdd, red.global.add.noftz.v{2,4}.{f16x2,bf16x2} (up to 8 halves);
 //   otherwise __half2 / __nv_bfloat162 (sm80+) pairs; other types element by element.
-// None of these return the previous value (TileLang's return_prev=True is not supported).
+// None of these return the previous value. For that, and for a memory order:
+// Fetch:   tilex::atomic_fetch<Kind, Order>(T* addr, V val) -> the value before (Kind 0 add, 1 max, 2 min; Order 0
+//   relaxed, 1 acquire, 2 release, 3 acq_rel, 4 seq_cst; device scope): one PTX atom.{sem}.gpu, seq_cst as a
+//   fence.sc.gpu then acq_rel. add: int32, uint32, int64, uint64, float, double; max/min: the integer types.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -242,6 +245,75 @@ __device__ __forceinline__ void atomic_max(T* addr, V val) {
 template <typename T, typename V>
 __device__ __forceinline__ void atomic_min(T* addr, V val) {
   atomic_detail::amin(addr, atomic_detail::convert<T>(val));
+}
+
+namespace atomic_detail {
+// atom.<sem>.gpu.<op>.<ptx type>, returning the old value (sm_70+ for the memory-order qualifiers)
+#define TILEX_ATOM_FETCH(SEM, OP, PT, CT, REG)                                                          \
+  __device__ __forceinline__ CT fetch_##OP##_##SEM(CT* p, CT v) {                                        \
+    CT old;                                                                                              \
+    asm volatile("atom." #SEM ".gpu." #OP "." #PT " %0, [%1], %2;" : "=" REG(old) : "l"(p), REG(v) : "memory"); \
+    return old;                                                                                          \
+  }
+#define TILEX_ATOM_INT(SEM, OP)                                \
+  TILEX_ATOM_FETCH(SEM, OP, s32, int, "r")                     \
+  TILEX_ATOM_FETCH(SEM, OP, u32, unsigned int, "r")            \
+  TILEX_ATOM_FETCH(SEM, OP, s64, long long, "l")               \
+  TILEX_ATOM_FETCH(SEM, OP, u64, unsigned long long, "l")
+#define TILEX_ATOM_SEM(SEM)                                    \
+  TILEX_ATOM_INT(SEM, add)                                     \
+  TILEX_ATOM_INT(SEM, max)                                     \
+  TILEX_ATOM_INT(SEM, min)                                     \
+  TILEX_ATOM_FETCH(SEM, add, f32, float, "f")                  \
+  TILEX_ATOM_FETCH(SEM, add, f64, double, "d")
+TILEX_ATOM_SEM(relaxed)
+TILEX_ATOM_SEM(acquire)
+TILEX_ATOM_SEM(release)
+TILEX_ATOM_SEM(acq_rel)
+#undef TILEX_ATOM_SEM
+#undef TILEX_ATOM_INT
+#undef TILEX_ATOM_FETCH
+
+template <int Kind, int Sem, typename T>
+__device__ __forceinline__ T fetch(T* p, T v) {
+#define TILEX_ATOM_PICK(OP)                                           \
+  if constexpr (Sem == 0) return fetch_##OP##_relaxed(p, v);          \
+  else if constexpr (Sem == 1) return fetch_##OP##_acquire(p, v);     \
+  else if constexpr (Sem == 2) return fetch_##OP##_release(p, v);     \
+  else return fetch_##OP##_acq_rel(p, v);
+  if constexpr (Kind == 0) {
+    TILEX_ATOM_PICK(add)
+  } else if constexpr (Kind == 1) {
+    TILEX_ATOM_PICK(max)
+  } else {
+    TILEX_ATOM_PICK(min)
+  }
+#undef TILEX_ATOM_PICK
+}
+
+// the PTX register type of each element type (int64_t may be long or long long)
+template <typename T>
+struct ptx_int {
+  using type = std::conditional_t<sizeof(T) == 4, std::conditional_t<std::is_signed_v<T>, int, unsigned int>,
+                                  std::conditional_t<std::is_signed_v<T>, long long, unsigned long long>>;
+};
+}  // namespace atomic_detail
+
+template <int Kind, int Order, typename T, typename V>
+__device__ __forceinline__ T atomic_fetch(T* addr, V val) {
+  static_assert(Kind >= 0 && Kind <= 2 && Order >= 0 && Order <= 4, "tilex::atomic_fetch: no such kind or order");
+  if constexpr (Order == 4) {
+    asm volatile("fence.sc.gpu;" ::: "memory");
+  }
+  constexpr int sem = Order == 4 ? 3 : Order;
+  const T v = atomic_detail::convert<T>(val);
+  if constexpr (std::is_floating_point_v<T>) {
+    static_assert(Kind == 0, "tilex::atomic_fetch: max/min with a returned value are integer-only");
+    return atomic_detail::fetch<Kind, sem>(addr, v);
+  } else {
+    using P = typename atomic_detail::ptx_int<T>::type;
+    return static_cast<T>(atomic_detail::fetch<Kind, sem>(reinterpret_cast<P*>(addr), static_cast<P>(v)));
+  }
 }
 
 // addr[0..N) += (v0, ..., v{N-1}); Global: addr is in global memory (enables the sm_90 vector atomics).

@@ -305,12 +305,14 @@ def test_unsupported_dtype_and_options():
     with pytest.raises(TileOpError, match="int8"):
         atomic("add", tirx.BufferLoad(g8, [0]), 1)
     g = _buf((16,), name="G")
-    with pytest.raises(TileOpError, match="return_prev"):
-        atomic("add", tirx.BufferLoad(g, [0]), 1.0, return_prev=True)
-    with pytest.raises(TileOpError, match="memory_order"):
-        atomic("add", tirx.BufferLoad(g, [0]), 1.0, memory_order="seq_cst")
+    with pytest.raises(TileOpError, match="a tile atomic is relaxed and returns nothing"):
+        atomic("add", g, _buf((16,), name="S"), return_prev=True)
+    with pytest.raises(TileOpError, match="memory_order must be one of"):
+        atomic("add", tirx.BufferLoad(g, [0]), 1.0, memory_order="sequential")
     with pytest.raises(TileOpError, match="tile value"):
         atomic("add", g, 1.0)
+    with pytest.raises(TileOpError, match=r"return_prev / memory_order\) on float16"):
+        atomic("max", tirx.BufferLoad(_buf((16,), "float16", name="H"), [0]), 1.0, memory_order="acquire")
 
 
 def test_shape_mismatch_names_both_operands():

@@ -264,6 +264,18 @@ def atomic(name: str, ptr, *args):
     return tirx.call_extern("void", name, ptr, *args)
 
 
+#: memory orders of :func:`atomic_fetch` (C++ names; consume is taken as acquire)
+ATOMIC_ORDERS = {"relaxed": 0, "consume": 1, "acquire": 1, "release": 2, "acq_rel": 3, "seq_cst": 4}
+ATOMIC_FETCH_KINDS = {"add": 0, "max": 1, "min": 2}
+
+
+def atomic_fetch(kind_name: str, order: str, dtype: str, ptr, value):
+    """``tilex::atomic_fetch<kind, order>(ptr, value)``: the atomic, device scope, returning the value before (an
+    expression of `dtype`)."""
+    name = _templated(f"{ATOMIC_PREFIX}fetch", ATOMIC_FETCH_KINDS[kind_name], ATOMIC_ORDERS[order])
+    return tirx.call_extern(dtype, name, ptr, value)
+
+
 def is_atomic(node) -> bool:
     return starts_with(node, ATOMIC_PREFIX)
 

@@ -7,7 +7,7 @@ from tilex.language.atomic import atomic_add, atomic_max, atomic_min
 from tilex.language.layouts import Fragment, Layout, annotate_layout, make_swizzled_layout
 from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, alloc_var, view
 from tilex.language.debug import print  # noqa: A004 - T.print, as in TileLang
-from tilex.language.kernel import Kernel, get_thread_binding
+from tilex.language.kernel import Kernel, get_thread_binding, sync_threads
 from tilex.language.rasterize import use_swizzle
 from tilex.language.loop import Parallel, Pipelined
 from tilex.language.parser import prim_func

@@ -8,8 +8,11 @@
 
 Element types: float32, float64, float16, bfloat16, int32, uint32, int64, uint64 (max/min on float16/bfloat16 use a
 compare-and-swap loop; on float32/float64 a sign-bit trick that orders negative values and -0.0 correctly).
-Not implemented (raise NotImplementedError): ``return_prev=True`` (nothing is returned), memory orders other than
-relaxed, ``use_tma=True`` on an element or on max/min, ``annotations``.
+On one element, ``return_prev=True`` gives the value before (``old = T.atomic_add(cnt[0], 1, return_prev=True)``)
+and ``memory_order`` ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst"; device scope) orders the
+thread's other memory accesses around the atomic: add on int32/uint32/int64/uint64/float32/float64, max/min on the
+integer types. Tile atomics are relaxed and return nothing.
+Not implemented (raise NotImplementedError): ``use_tma=True`` on an element or on max/min, ``annotations``.
 """
 from __future__ import annotations
 
@@ -22,33 +25,31 @@ MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst
 def _check(api, memory_order, return_prev, use_tma, annotations):
     if memory_order is not None and memory_order not in MEMORY_ORDERS:
         raise ValueError(f"{api}: memory_order must be one of {MEMORY_ORDERS} or None, got {memory_order!r}")
-    if memory_order not in (None, "relaxed"):
-        unsupported(api, "memory_order", memory_order, "atomics are relaxed; order them with a fence or barrier")
-    if as_bool(api, "return_prev", return_prev):
-        unsupported(api, "return_prev", True, "tilex atomics return nothing")
     no_annotations(api, annotations)
+    return as_bool(api, "return_prev", return_prev)
 
 
 def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
-    """``dst += value`` atomically (dst an element or a tile of a global/shared buffer)."""
-    _check("T.atomic_add", memory_order, return_prev, use_tma, annotations)
+    """``dst += value`` atomically (dst an element or a tile of a global/shared buffer); on an element,
+    `return_prev` returns the value before."""
+    return_prev = _check("T.atomic_add", memory_order, return_prev, use_tma, annotations)
     use_tma = as_bool("T.atomic_add", "use_tma", use_tma)
     if use_tma and not is_tile(value):
         unsupported("T.atomic_add", "use_tma", True,
                     "the TMA unit adds whole tiles: give a buffer or region as the value")
-    return atomic(ADD, dst, value, use_tma=use_tma)
+    return atomic(ADD, dst, value, memory_order, return_prev, use_tma=use_tma)
 
 
 def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
     """``dst = max(dst, value)`` atomically (dst an element or a tile of a global/shared buffer)."""
-    _check("T.atomic_max", memory_order, return_prev, False, annotations)
-    return atomic(MAX, dst, value)
+    return_prev = _check("T.atomic_max", memory_order, return_prev, False, annotations)
+    return atomic(MAX, dst, value, memory_order, return_prev)
 
 
 def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
     """``dst = min(dst, value)`` atomically (dst an element or a tile of a global/shared buffer)."""
-    _check("T.atomic_min", memory_order, return_prev, False, annotations)
-    return atomic(MIN, dst, value)
+    return_prev = _check("T.atomic_min", memory_order, return_prev, False, annotations)
+    return atomic(MIN, dst, value, memory_order, return_prev)
 
 
 __all__ = ["atomic_add", "atomic_max", "atomic_min"]

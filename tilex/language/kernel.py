@@ -79,3 +79,11 @@ def get_thread_binding(dim=0):
     if not 0 <= dim < len(tv):
         raise ValueError(f"T.get_thread_binding({dim}): the kernel has {len(tv)} thread dimension(s)")
     return tv[dim]
+
+
+def sync_threads():
+    """A barrier across the block (``__syncthreads()``), as in TileLang. Shared-memory dependencies get their
+    barriers automatically; this orders what they do not cover, such as global writes before a flag."""
+    from tvm import tirx
+
+    return tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared")

@@ -73,9 +73,15 @@ def _check_dst_scope(kind, buffer):
                           f"need a global or shared buffer (registers are private to a thread: update them directly)")
 
 
+#: element types of an atomic that returns the value before or takes a memory order (one PTX atom each)
+_INTS = ("int32", "uint32", "int64", "uint64")
+FETCH_DTYPES = {ADD: _INTS + ("float32", "float64"), MAX: _INTS, MIN: _INTS}
+
+
 # ---- frontend builders ----------------------------------------------------------------------------------------------
-def atomic_element(kind, dst, value):
-    """``tilex::atomic_<kind>(&dst, value)`` for one element ``dst`` (a BufferLoad of a global/shared buffer)."""
+def atomic_element(kind, dst, value, memory_order=None, return_prev=False):
+    """``tilex::atomic_<kind>(&dst, value)`` for one element ``dst`` (a BufferLoad of a global/shared buffer); with
+    `return_prev` or a memory order other than relaxed, ``tilex::atomic_fetch`` (an expression: the value before)."""
     kind = _kind(kind)
     if not isinstance(dst, BufferLoadNode):
         raise TileOpError(f"{_api(kind)}: with a scalar value the destination must be one element like C[i, j], "
@@ -98,6 +104,11 @@ def atomic_element(kind, dst, value):
     else:
         raise TileOpError(f"{_api(kind)}: expected a scalar value for the element {buf.name}{list(dst.indices)}, "
                           f"got {type(value).__name__}")
+    if return_prev or memory_order not in (None, "relaxed"):
+        if dt not in FETCH_DTYPES[kind]:
+            raise TileOpError(f"{_api(kind)}(return_prev / memory_order) on {dt} '{buf.name}': supported for "
+                              f"{', '.join(FETCH_DTYPES[kind])}")
+        return intrin.atomic_fetch(KIND_NAMES[kind], memory_order or "relaxed", dt, tirx.address_of(dst), value)
     return intrin.atomic(intrin.atomic_name(KIND_NAMES[kind]), tirx.address_of(dst), value)
 
 
@@ -127,18 +138,19 @@ def atomic_call(kind, dst, value, use_tma=False):
 def atomic(kind, dst, value, memory_order=None, return_prev=False, use_tma=False):
     """Front door of ``T.atomic_add/max/min``: element form for a scalar value, tile form for a buffer/region."""
     kind = _kind(kind)
-    if return_prev:
-        raise TileOpError(f"{_api(kind)}(return_prev=True) is not supported: tilex atomics return nothing")
-    if memory_order not in (None, "relaxed"):
-        raise TileOpError(f"{_api(kind)}(memory_order={memory_order!r}) is not supported (atomics are relaxed; "
-                          f"order them with a fence or barrier)")
+    if memory_order is not None and memory_order not in intrin.ATOMIC_ORDERS:
+        raise TileOpError(f"{_api(kind)}: memory_order must be one of {sorted(intrin.ATOMIC_ORDERS)} or None, got "
+                          f"{memory_order!r}")
     if is_tile(value) or (is_tile(dst) and isinstance(value, BufferLoadNode)):
+        if return_prev or memory_order not in (None, "relaxed"):
+            raise TileOpError(f"{_api(kind)}: a tile atomic is relaxed and returns nothing (return_prev / "
+                              f"memory_order are for one element: {_api(kind)}(C[i, j], v, ...))")
         return atomic_call(kind, dst, value, use_tma)  # a start element takes the other side's tile shape
     if is_tile(dst):
         raise TileOpError(f"{_api(kind)}: a tile destination needs a tile value (a buffer or region), got "
                           f"{type(value).__name__}; for a scalar per element use T.Parallel with "
                           f"{_api(kind)}(C[i, j], v)")
-    return atomic_element(kind, dst, value)
+    return atomic_element(kind, dst, value, memory_order, return_prev)
 
 
 # ---- the tile operator ----------------------------------------------------------------------------------------------

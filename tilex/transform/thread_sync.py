@@ -10,7 +10,8 @@ TVM's ThreadSync plans every ``shared.dyn`` access as one array, because TVM mer
 overlap them. It would put a barrier between a read of one tile and a write of another: in a loop that reads packed
 codes and writes the decoded tile, one per element. Here the tiles are planned under the static ``shared`` scope,
 where TVM tells buffers apart, and get their scope back afterwards. A kernel with a ``shared.dyn`` buffer that is a
-view of another (a DeclBuffer) keeps TVM's planning.
+view of another (a DeclBuffer) keeps TVM's planning. A condition that reads shared memory (``if flag[0] == ...``),
+which TVM's access planner cannot place, is computed into a variable just before its ``if``.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tvm import s_tir, tirx
 from tvm.tirx import _ffi_api
 
 from tilex.ir.names import KEEP_ALIVE_OP
-from tilex.ir.visit import is_op_call, substitute, walk
+from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, substitute, walk
 
 _DYNAMIC = "shared.dyn"
 _STATIC = "shared"
@@ -45,6 +46,22 @@ def _dynamic_tiles(body):
     return tiles
 
 
+def _shared_conditions_hoisted(body):
+    """Each ``if`` whose condition loads shared memory as ``c = condition; if c``."""
+    def reads_shared(expr):
+        found = []
+        walk(expr, (BufferLoadNode, lambda n: found.append(n) if str(n.source.scope()).startswith("shared") else None))
+        return bool(found)
+
+    def on_if(node):
+        if not reads_shared(node.condition):
+            return node
+        c = tirx.Var("cond", "bool")
+        return tirx.SeqStmt([tirx.Bind(c, node.condition), tirx.IfThenElse(c, node.then_case, node.else_case)])
+
+    return map_nodes(body, (tirx.IfThenElse, on_if))
+
+
 def _sync(func, scopes):
     mod = tvm.IRModule({"main": func})
     for scope in scopes:
@@ -54,6 +71,7 @@ def _sync(func, scopes):
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadSync")
 def ThreadSync(func, mod, ctx):  # noqa: N802
+    func = func.with_body(_shared_conditions_hoisted(func.body))
     tiles = _dynamic_tiles(func.body)
     if not tiles:
         return _sync(func, [_STATIC, _DYNAMIC])
