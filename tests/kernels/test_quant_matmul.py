@@ -123,6 +123,21 @@ def test_decode_loop_has_one_barrier_per_k_tile():
     assert "wgmma_m64n16k16_rs" in loop and loop.count("__syncthreads()") == 1
 
 
+def test_last_block_split_k_compiles():
+    """Split-K whose last block of each tile writes Y: one acq_rel counter per tile, the workspace re-zeroed."""
+    from tilex.jit import compile as compile_kernel
+    from tilex.kernels.quant_matmul import QuantTiles, quant_matmul
+
+    for tiles in (QuantTiles(num_stages=3), QuantTiles(64, 16, 256, 128, 4)):  # warp-specialized, cp.async
+        k = compile_kernel(quant_matmul(16, 256, 512, "int4", 128, tiles, split_k=2, split_reduce="last_block"),
+                           target="sm_90a")
+        src = k.get_kernel_source()
+        assert "tilex::atomic_fetch<0, 3>((&(Cnt_ptr[" in src and "Cnt_ptr[((int)blockIdx.x)] = 0" in src
+        assert k.resources.spill_stores == 0
+    with pytest.raises(ValueError, match="split_reduce is 'atomic' or 'last_block'"):
+        quant_matmul(16, 256, 512, "int4", 128, split_k=2, split_reduce="tree")
+
+
 def test_split_k_must_be_positive():
     pw = ops.pack_weight(quant.quantize(torch.randn(128, 128), "int4", group_size=128))
     with pytest.raises(ValueError, match="split_k"):

@@ -80,6 +80,30 @@ def test_offsets(act):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("split_k,M", [(2, 16), (4, 5), (3, 33)])
+def test_last_block_split_k(split_k, M):
+    """The last split of each tile writes Y; the workspace and counters are zero again after every call."""
+    from tilex.jit import compile as compile_kernel
+    from tilex.kernels.quant_matmul import quant_matmul
+
+    N, K, g = 384, 1024, 128
+    qw = quant.quantize(torch.randn(N, K, device="cuda") / K ** 0.5, "int4", group_size=g)
+    pw = ops.pack_weight(qw)
+    bm = 16 if M <= 16 else 64
+    tiles = QuantTiles(pw.tiles.bn, bm, pw.tiles.bk, pw.tiles.threads, pw.tiles.num_stages)
+    k = compile_kernel(quant_matmul(M, N, K, "int4", g, tiles, split_k=split_k, split_reduce="last_block"))
+    ws = torch.zeros(M, N, device="cuda")
+    cnt = torch.zeros(-(-M // bm), -(-N // tiles.bn), device="cuda", dtype=torch.int32)
+    for _ in range(2):
+        x = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        y = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        k(x, pw.words, pw.scales, pw.scales[:1], ws, cnt, y)
+        ref = x.float() @ quant.dequantize(qw).float().T
+        assert ((y.float() - ref).abs().max() / ref.abs().max()).item() < 4e-3
+        assert not ws.any() and not cnt.any()
+
+
+@pytest.mark.gpu
 def test_prefill_tiles():
     _check(300, 256, 512, "int4", tiles=QuantTiles(bn=128, bk=64, threads=256, num_stages=3))
 

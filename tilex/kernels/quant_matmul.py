@@ -45,12 +45,17 @@ def weight_fragment(tiles: QuantTiles, target, act="float16"):
 
 
 def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), act="float16", zero_point=False,
-                 split_k=1, offset=False):
+                 split_k=1, offset=False, split_reduce="atomic"):
     """The tile program: X (M, K) act, Wp (packed, see the module doc), S / Z (K // g, N) act -> Y (M, N) act.
     With `split_k` > 1 the k tiles are shared out among `split_k` blocks per output tile (grid z), which add their
     partial sums into a float32 Y that must hold zeros on entry (for grids much smaller than the GPU). With
     `offset` (and `zero_point`, groups shorter than K) Z holds -(zero * scale) instead of the zeros: the weight is
-    code * scale + Z, one fma per decoded pair."""
+    code * scale + Z, one fma per decoded pair.
+
+    `split_reduce` = "last_block" (split_k > 1) takes a float32 workspace Ws (M, N) and counters Cnt
+    (ceil(M / bm), N tiles) that hold zeros on entry, and gives Y in the activation dtype: every split adds into
+    Ws, the last one of a tile to arrive (an acq_rel counter) writes Y and leaves Ws and Cnt at zero again, so
+    no kernel runs before or after this one."""
     wt = dtypes.lookup(str(wtype))
     bn, bm, bk = tiles.bn, tiles.bm, tiles.bk
     g = group_size
@@ -66,43 +71,78 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
     per_channel = g >= K
     if split_k < 1:
         raise ValueError(f"quant_matmul: split_k must be >= 1, got {split_k}")
+    if split_reduce not in ("atomic", "last_block"):
+        raise ValueError(f"quant_matmul: split_reduce is 'atomic' or 'last_block', got {split_reduce!r}")
     k_per = -(-k_tiles // split_k)  # k tiles per split (tiles past the end read as zeros)
     out_dtype = "float32" if split_k > 1 else act
+
+    @T.macro
+    def accumulate(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words // 32, 32), "int32"),
+                   S: T.Tensor((groups, N), act), Z: T.Tensor((z_rows, N), act),
+                   C_f: T.FragmentBuffer((bn, bm), "float32"), bx: T.int32, by: T.int32, bz: T.int32):
+        """C_f = this block's (bn x bm) tile of W X^T over its share of K (scales applied)."""
+        X_s = T.alloc_shared((bm, bk), act)
+        W_s = T.alloc_shared((words // 32, 32), "int32")  # 128-byte rows: one TMA tile on sm90
+        S_s = T.alloc_shared((gpt, bn), act)
+        Z_s = T.alloc_shared((gpt, bn), act)
+        W_f = T.alloc_fragment((bn, bk), act)
+        T.clear(C_f)
+        for kk in T.Pipelined(k_per, num_stages=tiles.num_stages):
+            T.copy(X[by * bm, (bz * k_per + kk) * bk], X_s)
+            T.copy(Wp[bx, bz * k_per + kk, 0:words // 32, 0:32], W_s)
+            if per_channel:  # one scale per row: applied to the sums in the epilogue
+                if zero_point:
+                    T.copy(Z[0, bx * bn], Z_s)
+                    T.dequantize(W_s, W_f, wt, zero=Z_s, group_size=g)
+                else:
+                    T.dequantize(W_s, W_f, wt)
+            else:
+                T.copy(S[((bz * k_per + kk) * bk) // g, bx * bn], S_s)
+                if zero_point:
+                    T.copy(Z[((bz * k_per + kk) * bk) // g, bx * bn], Z_s)
+                    if offset:
+                        T.dequantize(W_s, W_f, wt, scale=S_s, offset=Z_s, group_size=g)
+                    else:
+                        T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
+                else:
+                    T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
+            T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+        if per_channel:
+            for i, j in T.Parallel(bn, bm):
+                C_f[i, j] = C_f[i, j] * T.cast(S[0, T.min(bx * bn + i, N - 1)], "float32")
+
+    if split_k > 1 and split_reduce == "last_block":
+        @T.prim_func
+        def last_block(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words // 32, 32), "int32"),
+                       S: T.Tensor((groups, N), act), Z: T.Tensor((z_rows, N), act), Ws: T.Tensor((M, N), "float32"),
+                       Cnt: T.Tensor((T.ceildiv(M, bm), n_tiles), "int32"), Y: T.Tensor((M, N), act)):
+            with T.Kernel(n_tiles, T.ceildiv(M, bm), split_k, threads=tiles.threads) as (bx, by, bz):
+                C_f = T.alloc_fragment((bn, bm), "float32")
+                arrived = T.alloc_shared((1,), "int32")
+                accumulate(X, Wp, S, Z, C_f, bx, by, bz)
+                for i, j in T.Parallel(bn, bm):
+                    if by * bm + j < M and bx * bn + i < N:
+                        T.atomic_add(Ws[by * bm + j, bx * bn + i], C_f[i, j])
+                T.sync_threads()  # every thread's sums are added before the count below releases them
+                if T.get_thread_binding() == 0:
+                    arrived[0] = T.atomic_add(Cnt[by, bx], 1, memory_order="acq_rel", return_prev=True)
+                T.sync_threads()
+                if arrived[0] == split_k - 1:  # the last split of this tile: write Y, leave Ws and Cnt at zero
+                    for j, i in T.Parallel(bm, bn):
+                        if by * bm + j < M and bx * bn + i < N:
+                            Y[by * bm + j, bx * bn + i] = T.cast(Ws[by * bm + j, bx * bn + i], act)
+                            Ws[by * bm + j, bx * bn + i] = T.float32(0)
+                    if T.get_thread_binding() == 0:
+                        Cnt[by, bx] = 0
+
+        return last_block
 
     @T.prim_func
     def main(X: T.Tensor((M, K), act), Wp: T.Tensor((n_tiles, k_tiles, words // 32, 32), "int32"),
              S: T.Tensor((groups, N), act), Z: T.Tensor((z_rows, N), act), Y: T.Tensor((M, N), out_dtype)):
         with T.Kernel(n_tiles, T.ceildiv(M, bm), split_k, threads=tiles.threads) as (bx, by, bz):
-            X_s = T.alloc_shared((bm, bk), act)
-            W_s = T.alloc_shared((words // 32, 32), "int32")  # 128-byte rows: one TMA tile on sm90
-            S_s = T.alloc_shared((gpt, bn), act)
-            Z_s = T.alloc_shared((gpt, bn), act)
-            W_f = T.alloc_fragment((bn, bk), act)
             C_f = T.alloc_fragment((bn, bm), "float32")
-            T.clear(C_f)
-            for kk in T.Pipelined(k_per, num_stages=tiles.num_stages):
-                T.copy(X[by * bm, (bz * k_per + kk) * bk], X_s)
-                T.copy(Wp[bx, bz * k_per + kk, 0:words // 32, 0:32], W_s)
-                if per_channel:  # one scale per row: applied to the sums in the epilogue
-                    if zero_point:
-                        T.copy(Z[0, bx * bn], Z_s)
-                        T.dequantize(W_s, W_f, wt, zero=Z_s, group_size=g)
-                    else:
-                        T.dequantize(W_s, W_f, wt)
-                else:
-                    T.copy(S[((bz * k_per + kk) * bk) // g, bx * bn], S_s)
-                    if zero_point:
-                        T.copy(Z[((bz * k_per + kk) * bk) // g, bx * bn], Z_s)
-                        if offset:
-                            T.dequantize(W_s, W_f, wt, scale=S_s, offset=Z_s, group_size=g)
-                        else:
-                            T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
-                    else:
-                        T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
-                T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
-            if per_channel:
-                for i, j in T.Parallel(bn, bm):
-                    C_f[i, j] = C_f[i, j] * T.cast(S[0, T.min(bx * bn + i, N - 1)], "float32")
+            accumulate(X, Wp, S, Z, C_f, bx, by, bz)
             for i, j in T.Parallel(bn, bm):
                 if by * bm + j < M and bx * bn + i < N:
                     if split_k > 1:

@@ -46,8 +46,10 @@ def _dynamic_tiles(body):
     return tiles
 
 
-def _shared_conditions_hoisted(body):
-    """Each ``if`` whose condition loads shared memory as ``c = condition; if c``."""
+def _hoist_shared_conditions(body):
+    """(body with each ``if`` whose condition loads shared memory as ``c = condition; if c``, {c: condition})."""
+    hoisted = {}
+
     def reads_shared(expr):
         found = []
         walk(expr, (BufferLoadNode, lambda n: found.append(n) if str(n.source.scope()).startswith("shared") else None))
@@ -57,9 +59,22 @@ def _shared_conditions_hoisted(body):
         if not reads_shared(node.condition):
             return node
         c = tirx.Var("cond", "bool")
+        hoisted[c] = node.condition
         return tirx.SeqStmt([tirx.Bind(c, node.condition), tirx.IfThenElse(c, node.then_case, node.else_case)])
 
-    return map_nodes(body, (tirx.IfThenElse, on_if))
+    return map_nodes(body, (tirx.IfThenElse, on_if)), hoisted
+
+
+def _restore_conditions(body, hoisted):
+    """The hoisted conditions back in their ``if`` (TVM's shared-memory merge reads loads only in statements it
+    knows), the barriers ThreadSync put before them staying."""
+    if not hoisted:
+        return body
+
+    def on_bind(node):
+        return tirx.Evaluate(tirx.const(0, "int32")) if any(node.var.same_as(c) for c in hoisted) else node
+
+    return substitute(map_nodes(body, (tirx.Bind, on_bind)), hoisted)  # RemoveNoOp later drops the no-ops
 
 
 def _sync(func, scopes):
@@ -71,10 +86,13 @@ def _sync(func, scopes):
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadSync")
 def ThreadSync(func, mod, ctx):  # noqa: N802
-    func = func.with_body(_shared_conditions_hoisted(func.body))
+    body, hoisted = _hoist_shared_conditions(func.body)
+    func = func.with_body(body)
     tiles = _dynamic_tiles(func.body)
     if not tiles:
-        return _sync(func, [_STATIC, _DYNAMIC])
+        synced = _sync(func, [_STATIC, _DYNAMIC])
+        return synced.with_body(_restore_conditions(synced.body, hoisted))
     static = {b: _rescoped(b, _STATIC) for b in tiles}
     synced = _sync(func.with_body(substitute(func.body, static)), [_STATIC])
-    return synced.with_body(substitute(synced.body, {s: d for d, s in static.items()}))
+    body = substitute(synced.body, {s: d for d, s in static.items()})
+    return synced.with_body(_restore_conditions(body, hoisted))
