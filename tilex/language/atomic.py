@@ -16,10 +16,11 @@ Not implemented (raise NotImplementedError): ``use_tma=True`` on an element or o
 """
 from __future__ import annotations
 
+from tilex.ir import intrin
 from tilex.language.options import as_bool, no_annotations, unsupported
 from tilex.op.atomic import ADD, MAX, MIN, atomic, is_tile
 
-MEMORY_ORDERS = ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
+MEMORY_ORDERS = tuple(intrin.ATOMIC_ORDERS)  # ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
 
 
 def _check(api, memory_order, return_prev, use_tma, annotations):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from tvm.tirx.script.builder import ir as _ir
 
+from tilex.ir.visit import storage_sync
 from tilex.language.options import constant, positive_extents
 
 _BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -84,6 +85,4 @@ def get_thread_binding(dim=0):
 def sync_threads():
     """A barrier across the block (``__syncthreads()``), as in TileLang. Shared-memory dependencies get their
     barriers automatically; this orders what they do not cover, such as global writes before a flag."""
-    from tvm import tirx
-
-    return tirx.call_intrin("int32", "tirx.tvm_storage_sync", "shared")
+    return storage_sync().value

@@ -147,17 +147,17 @@ class DequantizeOp(TileOp):
         owners = frag.thread_extent // int(frag.replicate)
         stmts = [tirx.AllocBuffer(words), self._load_words(ctx, words, owner, owners, wpt)]
         out_loc = ctx.remap[self.out.buffer]
-        pair_keys = self._pair_groups(frag, t, ctx.analyzer)  # empty without a scale or zero
+        pair_keys = self._pair_groups(frag, t, ctx.analyzer)  # empty without a scale, zero or offset
         cached = {}
         scale_regs = []
         # codes of at most 4 bits with scales and zeros, in float16: (x - z) * s as one fma, x * s + (-(z * s));
         # an offset is that shift given
-        fused = (self.scale is not None and self.zero is not None and bits <= 4
-                 and str(self.out.buffer.dtype) == "float16")
-        shifts = self.zero if fused else self.offset
         act = str(self.out.buffer.dtype)
+        fused = self.scale is not None and self.zero is not None and bits <= 4 and act == "float16"
+        shift = fused or self.offset is not None  # one fma per pair: x * scale + (the second register)
+        second = self.offset if self.offset is not None else self.zero
         for c in range(frag.local_size // CODES):
-            stmts.append(intrin.decode_chunk(str(self.out.buffer.dtype), self.kind, bits, self.dtype.exponent,
+            stmts.append(intrin.decode_chunk(act, self.kind, bits, self.dtype.exponent,
                                              self.dtype.mantissa, words.access_ptr("r", offset=c * bits,
                                                                                    extent=bits),
                                              out_loc.access_ptr("w", offset=c * CODES, extent=CODES)))
@@ -165,11 +165,11 @@ class DequantizeOp(TileOp):
                 key, (row, grp) = pair_keys[local]
                 if key not in cached:
                     regs, loaded = [], []
-                    for r in (self.scale, self.zero if self.offset is None else self.offset):
+                    for r in (self.scale, second):
                         if r is None:
                             regs.append(None)
                             continue
-                        v = tirx.Var(f"dq_{'s' if r is self.scale else 'z'}{len(cached)}", self.out.buffer.dtype)
+                        v = tirx.Var(f"dq_{'s' if r is self.scale else 'z'}{len(cached)}", act)
                         # (groups, rows) tiles, like the (K // g, N) scale tensors they come from
                         m = list(r.mins)
                         value = ctx.load(r.buffer, m[:-2] + [m[-2] + grp, m[-1] + row])
@@ -182,12 +182,12 @@ class DequantizeOp(TileOp):
                     cached[key] = regs
                 s, z = cached[key]
                 ptr = out_loc.access_ptr("rw", offset=local, extent=2)
-                if shifts is not None:
+                if shift:
                     stmts.append(intrin.scale_shift_pair(act, ptr, s, z))
                 else:
                     stmts.append(intrin.scale_pair(act, ptr, s, z))
         # scale / zero loads first: a few registers, read before the words they scale are decoded
-        binds = [tirx.Bind(v, _cast(value, str(self.out.buffer.dtype))) for v, value in scale_regs]
+        binds = [tirx.Bind(v, _cast(value, act)) for v, value in scale_regs]
         return tirx.SeqStmt(stmts[:2] + binds + stmts[2:])
 
     def _owner_thread(self, frag, t, analyzer):

@@ -20,7 +20,7 @@ from tvm import s_tir, tirx
 from tvm.tirx import _ffi_api
 
 from tilex.ir.names import KEEP_ALIVE_OP
-from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, substitute, walk
+from tilex.ir.visit import buffers_used, is_op_call, map_nodes, substitute, walk
 
 _DYNAMIC = "shared.dyn"
 _STATIC = "shared"
@@ -50,13 +50,8 @@ def _hoist_shared_conditions(body):
     """(body with each ``if`` whose condition loads shared memory as ``c = condition; if c``, {c: condition})."""
     hoisted = {}
 
-    def reads_shared(expr):
-        found = []
-        walk(expr, (BufferLoadNode, lambda n: found.append(n) if str(n.source.scope()).startswith("shared") else None))
-        return bool(found)
-
     def on_if(node):
-        if not reads_shared(node.condition):
+        if not any(str(b.scope()).startswith("shared") for b in buffers_used(node.condition)):
             return node
         c = tirx.Var("cond", "bool")
         hoisted[c] = node.condition

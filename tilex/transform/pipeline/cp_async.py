@@ -19,6 +19,10 @@ from tilex.ir.visit import seq, storage_sync, substitute
 from tilex.transform.pipeline.analysis import annotations_without_pipeline, make_async, retarget
 
 
+def _async_mma(stmt, mode):
+    return tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, mode, stmt)
+
+
 def rewrite(ctx, loop, plan):
     """`loop` rewritten for its :class:`~tilex.transform.pipeline.schedule.DerivedPlan` `plan`."""
     stages, producers, consumers, produced = plan.stages, plan.producers, plan.consumers, plan.produced
@@ -43,26 +47,24 @@ def rewrite(ctx, loop, plan):
         prologue += [stmt, commit]
     ahead = k + (stages - 1)
     refill = [tirx.IfThenElse(ahead < loop.min + n, issue(ahead), None), commit]
-    compute = retarget(seq(consumers), bufmap, tirx.floormod(k, stages))
+    in_flight = ctx.async_consumer(consumers)
+    # otherwise a wgmma gemm reading only landed stages needs no fence and barrier of its own (a decode into its
+    # register operand keeps it from staying in flight): the iteration's barrier below already ordered them
+    landed_gemms = [] if in_flight else ctx.landed_gemms(consumers)
+    compute = retarget(seq([_async_mma(c, ASYNC_MMA_CP_ASYNC_SYNC) if i in landed_gemms else c
+                            for i, c in enumerate(consumers)]), bufmap, tirx.floormod(k, stages))
     landed = [intrin.cp_async_wait(stages - 2), intrin.fence_proxy_async(), storage_sync()]
-    if ctx.async_consumer(consumers):
+    if in_flight:
         # wgmma runs asynchronously: iteration k issues its MMAs, then waits only for those of k - 1
         # (wgmma_wait<1>), which frees stage (k - 1) % S == (k + S - 1) % S for the refill issued after it
-        compute = tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_CP_ASYNC, compute)
+        compute = _async_mma(compute, ASYNC_MMA_CP_ASYNC)
         step = landed + [compute] + refill
         # a barrier after the last MMAs: shared memory written after the loop (an epilogue tile) may reuse the
         # bytes of stages that another warpgroup's MMAs are still reading until its own wait
         tail = [intrin.wgmma_wait(0), storage_sync()]
     else:
         # one barrier per iteration: after it every thread (a) sees stage k % S and (b) has finished computing
-        # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k. A wgmma
-        # gemm reading only landed stages needs no fence and barrier of its own (a decode into its register
-        # operand keeps it from staying in flight)
-        landed_gemms = ctx.landed_gemms(consumers)
-        if landed_gemms:
-            compute = retarget(seq([tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_CP_ASYNC_SYNC, c)
-                                    if i in landed_gemms else c for i, c in enumerate(consumers)]),
-                               bufmap, tirx.floormod(k, stages))
+        # iteration k - 1, so stage (k - 1) % S == (k + S - 1) % S may be refilled before computing k
         step = landed + refill + [compute]
         tail = []
     ann = annotations_without_pipeline(loop)
