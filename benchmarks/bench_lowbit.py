@@ -61,9 +61,9 @@ TILE_CHOICES = [QuantTiles(bn=128, bk=128, threads=128, num_stages=4), QuantTile
                 QuantTiles(bn=64, bk=128, threads=128, num_stages=8)]
 
 
-def _best_quant(M, N, K, wt, g, zp, tiles_list=TILE_CHOICES, act="float16", splits=(1,)):
+def _best_quant(M, N, K, wt, g, zp, tiles_list=TILE_CHOICES, act="float16", splits=(None,)):
     """(best ms, (tiles, split_k)) of tilex.ops.quant_matmul over `tiles_list` (each packs the weight for its
-    tile) and the split-K counts `splits`."""
+    tile) and the split-K counts `splits` (None: the library's own choice, ops.auto_split_k)."""
     w = torch.randn(N, K, device="cuda", dtype=torch.float16) / K ** 0.5
     qw = quant.quantize(w, wt, group_size=g, zero_point=zp)
     x = torch.randn(M, K, device="cuda", dtype=torch.float16)
@@ -82,7 +82,7 @@ def _best_quant(M, N, K, wt, g, zp, tiles_list=TILE_CHOICES, act="float16", spli
                 print(f"  ({wt} {tiles} split {sk}: {type(e).__name__}: {str(e)[:120]})")
                 continue
             if best is None or t < best[0]:
-                best = (t, (tiles, sk))
+                best = (t, (tiles, sk if sk else f"auto {ops.auto_split_k(M, pw, x.device)}"))
     return best
 
 
@@ -99,7 +99,7 @@ def a16w4():
         for M in (1, 16):
             t16 = _linear16(M, N, K)
             for wt, zp in (("int4", False), ("uint4", True)):
-                best = _best_quant(M, N, K, wt, 128, zp, splits=(1, 2, 4) if N * K <= 8192 * 8192 else (1,))
+                best = _best_quant(M, N, K, wt, 128, zp, splits=(None, 1, 2, 3, 4) if N * K <= 8192 * 8192 else (None,))
                 if best:
                     print(f"| {wt}{' +zeros' if zp else ''} g128 | {M} | {N} x {K} | {t16 * 1e3:.1f} | "
                           f"{best[0] * 1e3:.1f} | {t16 / best[0]:.2f} | {best[1]} |")

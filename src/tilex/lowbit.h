@@ -9,6 +9,9 @@
 //   decode_chunk_bf16<Kind, Bits, Exp, Man>(chunk, out)  the same as bf16
 //   decode_one_f32<Kind, Bits, Exp, Man>(code)            one code as float, written plainly (the tests' oracle)
 //
+// With Raw = true (floats for which tilex/ir/lowbit_chunk.py's raw_scale_exponent gives k) the chunk decoders skip
+// their last fma and give value * 2^-k: a caller whose scale already carries 2^k saves one fma per pair.
+//
 // Kind 0: unsigned Bits-bit integer; 1: two's complement Bits-bit integer (Exp, Man ignored); 2: float with a
 // sign bit, Exp exponent bits (bias 2^(Exp-1) - 1) and Man mantissa bits, 1 + Exp + Man = Bits, 3 <= Bits <= 8.
 // e4m3 is float8_e4m3fn (S.1111.111 is NaN, no inf); Exp == 5 types are IEEE-style (all-ones exponent: inf or
@@ -82,7 +85,8 @@ inline constexpr bool valid_type =
     (Kind == 2 && Exp >= 1 && Man >= 0 && Bits == 1 + Exp + Man && Bits >= 3 && Bits <= 8);
 
 // One explicit specialization per type (ints with Exp = Man = 0), with the members f16 and / or bf16. The members
-// are templates only so that a kernel compiles just the decoders it calls (the rest costs ~50 ms of nvcc otherwise).
+// are templates (on Raw) so that a kernel compiles just the decoders it calls (the rest costs ~50 ms of nvcc
+// otherwise).
 template <int Kind, int Bits, int Exp, int Man>
 struct decoder;
 
@@ -90,8 +94,9 @@ template <>
 struct decoder<0, 1, 0, 0> {  // uint1
   // uint1 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint1 has no raw f16 decode");
     const uint32_t w0 = w[0];
     const uint32_t w0r10 = w0 >> 10;
     out[0] = fma_f16x2(and_or(w0, 0x00010001u, 0x64006400u), 0x3C003C00u, 0xE400E400u);  // x - 1024
@@ -113,8 +118,9 @@ struct decoder<0, 1, 0, 0> {  // uint1
   }
   // uint1 -> bf16: the code at bit z of each half ORed into 128.0, then x * 2^-z - (128 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint1 has no raw bf16 decode");
     const uint32_t w0 = w[0];
     const uint32_t w0r14 = w0 >> 14, w0r7 = w0 >> 7;
     out[0] = fma_bf16x2(and_or(w0, 0x00010001u, 0x43004300u), 0x3F803F80u, 0xC300C300u);  // x - 128
@@ -140,8 +146,9 @@ template <>
 struct decoder<0, 2, 0, 0> {  // uint2
   // uint2 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint2 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1];
     const uint32_t w0r10 = w0 >> 10;
     const uint32_t w1r10 = w1 >> 10;
@@ -164,8 +171,9 @@ struct decoder<0, 2, 0, 0> {  // uint2
   }
   // uint2 -> bf16: the code at bit z of each half ORed into 128.0, then x * 2^-z - (128 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint2 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1];
     const uint32_t w0r12 = w0 >> 12, w0r6 = w0 >> 6;
     const uint32_t w1r12 = w1 >> 12, w1r6 = w1 >> 6;
@@ -192,8 +200,9 @@ template <>
 struct decoder<0, 3, 0, 0> {  // uint3
   // uint3 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint3 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r7 = w1 >> 7, w1r6 = w1 >> 6, w1r3 = w1 >> 3;
@@ -234,8 +243,9 @@ struct decoder<0, 3, 0, 0> {  // uint3
   }
   // uint3 -> bf16: the code at bit z of each half ORed into 128.0, then x * 2^-z - (128 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint3 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r14 = w0 >> 14, w0r8 = w0 >> 8, w0r7 = w0 >> 7, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r11 = w1 >> 11, w1r10 = w1 >> 10, w1r4 = w1 >> 4, w1r2 = w1 >> 2;
@@ -280,8 +290,9 @@ template <>
 struct decoder<0, 4, 0, 0> {  // uint4
   // uint4 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint4 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r8 = w0 >> 8;
     const uint32_t w1r8 = w1 >> 8;
@@ -306,8 +317,9 @@ struct decoder<0, 4, 0, 0> {  // uint4
   }
   // uint4 -> bf16: the code at bit z of each half ORed into 128.0, then x * 2^-z - (128 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint4 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r12 = w0 >> 12, w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r8 = w1 >> 8, w1r4 = w1 >> 4;
@@ -336,8 +348,9 @@ template <>
 struct decoder<0, 5, 0, 0> {  // uint5
   // uint5 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint5 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r9 = w0 >> 9, w0r6 = w0 >> 6, w0r3 = w0 >> 3;
     const uint32_t w1r9 = w1 >> 9, w1r6 = w1 >> 6, w1r3 = w1 >> 3;
@@ -380,8 +393,9 @@ struct decoder<0, 5, 0, 0> {  // uint5
   }
   // uint5 -> bf16: the code at bit z of each half ORed into 128.0, then x * 2^-z - (128 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint5 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r12 = w0 >> 12, w0r6 = w0 >> 6, w0r3 = w0 >> 3;
     const uint32_t w1r12 = w1 >> 12, w1r6 = w1 >> 6, w1r3 = w1 >> 3;
@@ -429,8 +443,9 @@ template <>
 struct decoder<0, 6, 0, 0> {  // uint6
   // uint6 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint6 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r10 = w0 >> 10, w0r8 = w0 >> 8, w0r2 = w0 >> 2;
     const uint32_t w1r12 = w1 >> 12, w1r4 = w1 >> 4, w1r2 = w1 >> 2;
@@ -474,8 +489,9 @@ struct decoder<0, 6, 0, 0> {  // uint6
   }
   // uint6 -> bf16: the code at bit z of each half ORed into 128.0, then x * 2^-z - (128 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint6 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r12 = w0 >> 12, w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r8 = w1 >> 8, w1r4 = w1 >> 4;
@@ -525,8 +541,9 @@ template <>
 struct decoder<0, 7, 0, 0> {  // uint7
   // uint7 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint7 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r11 = w0 >> 11, w0r8 = w0 >> 8, w0r3 = w0 >> 3;
     const uint32_t w1r10 = w1 >> 10, w1r8 = w1 >> 8, w1r3 = w1 >> 3;
@@ -573,8 +590,9 @@ struct decoder<0, 7, 0, 0> {  // uint7
   }
   // uint7 -> bf16: the code at bit z of each half ORed into 128.0, then x * 2^-z - (128 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint7 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r12 = w0 >> 12, w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r8 = w1 >> 8, w1r4 = w1 >> 4;
@@ -627,8 +645,9 @@ template <>
 struct decoder<0, 8, 0, 0> {  // uint8
   // uint8 -> f16: the code at bit z of each half ORed into 1024.0, then x * 2^-z - (1024 * 2^-z); z per pair, to share
   //   shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint8 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     out[0] = fma_f16x2(and_or(w0, 0x00FF00FFu, 0x64006400u), 0x3C003C00u, 0xE400E400u);  // x - 1024
     out[1] = fma_f16x2(prmt(w0, 0x64006400u, 0x7351), 0x3C003C00u, 0xE400E400u);  // x - 1024
@@ -648,8 +667,9 @@ struct decoder<0, 8, 0, 0> {  // uint8
     out[15] = fma_f16x2(prmt(w7, 0x64006400u, 0x7351), 0x3C003C00u, 0xE400E400u);  // x - 1024
   }
   // uint8 -> bf16: 128 + low 7 bits (128.0 with the bits in its mantissa) plus 256 * (0.5 or 1.0 from bit 7) - 256
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: uint8 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r8 = w0 >> 8;
     const uint32_t w1r8 = w1 >> 8;
@@ -699,8 +719,9 @@ template <>
 struct decoder<1, 1, 0, 0> {  // int1
   // int1 -> f16: code ^ 1 (= code + 1, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z - (1024
   //   * 2^-z + 1); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int1 has no raw f16 decode");
     const uint32_t w0 = w[0];
     const uint32_t w0r10 = w0 >> 10;
     out[0] = fma_f16x2(and_xor(w0, 0x00010001u, 0x64016401u), 0x3C003C00u, 0xE401E401u);  // x - 1025
@@ -722,8 +743,9 @@ struct decoder<1, 1, 0, 0> {  // int1
   }
   // int1 -> bf16: code ^ 1 (= code + 1, sign bit flipped) at bit z of each half ORed into 128.0, then x * 2^-z - (128
   //   * 2^-z + 1); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int1 has no raw bf16 decode");
     const uint32_t w0 = w[0];
     const uint32_t w0r14 = w0 >> 14, w0r7 = w0 >> 7;
     out[0] = fma_bf16x2(and_xor(w0, 0x00010001u, 0x43014301u), 0x3F803F80u, 0xC301C301u);  // x - 129
@@ -749,8 +771,9 @@ template <>
 struct decoder<1, 2, 0, 0> {  // int2
   // int2 -> f16: code ^ 2 (= code + 2, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z - (1024
   //   * 2^-z + 2); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int2 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1];
     const uint32_t w0r10 = w0 >> 10;
     const uint32_t w1r10 = w1 >> 10;
@@ -773,8 +796,9 @@ struct decoder<1, 2, 0, 0> {  // int2
   }
   // int2 -> bf16: code ^ 2 (= code + 2, sign bit flipped) at bit z of each half ORed into 128.0, then x * 2^-z - (128
   //   * 2^-z + 2); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int2 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1];
     const uint32_t w0r12 = w0 >> 12, w0r6 = w0 >> 6;
     const uint32_t w1r12 = w1 >> 12, w1r6 = w1 >> 6;
@@ -801,8 +825,9 @@ template <>
 struct decoder<1, 3, 0, 0> {  // int3
   // int3 -> f16: code ^ 4 (= code + 4, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z - (1024
   //   * 2^-z + 4); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int3 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r7 = w1 >> 7, w1r6 = w1 >> 6, w1r3 = w1 >> 3;
@@ -843,8 +868,9 @@ struct decoder<1, 3, 0, 0> {  // int3
   }
   // int3 -> bf16: code ^ 4 (= code + 4, sign bit flipped) at bit z of each half ORed into 128.0, then x * 2^-z - (128
   //   * 2^-z + 4); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int3 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r14 = w0 >> 14, w0r8 = w0 >> 8, w0r7 = w0 >> 7, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r11 = w1 >> 11, w1r10 = w1 >> 10, w1r4 = w1 >> 4, w1r2 = w1 >> 2;
@@ -889,8 +915,9 @@ template <>
 struct decoder<1, 4, 0, 0> {  // int4
   // int4 -> f16: code ^ 8 (= code + 8, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z - (1024
   //   * 2^-z + 8); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int4 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r8 = w0 >> 8;
     const uint32_t w1r8 = w1 >> 8;
@@ -915,8 +942,9 @@ struct decoder<1, 4, 0, 0> {  // int4
   }
   // int4 -> bf16: code ^ 8 (= code + 8, sign bit flipped) at bit z of each half ORed into 128.0, then x * 2^-z - (128
   //   * 2^-z + 8); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int4 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r12 = w0 >> 12, w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r8 = w1 >> 8, w1r4 = w1 >> 4;
@@ -945,8 +973,9 @@ template <>
 struct decoder<1, 5, 0, 0> {  // int5
   // int5 -> f16: code ^ 16 (= code + 16, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z -
   //   (1024 * 2^-z + 16); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int5 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r9 = w0 >> 9, w0r6 = w0 >> 6, w0r3 = w0 >> 3;
     const uint32_t w1r9 = w1 >> 9, w1r6 = w1 >> 6, w1r3 = w1 >> 3;
@@ -989,8 +1018,9 @@ struct decoder<1, 5, 0, 0> {  // int5
   }
   // int5 -> bf16: code ^ 16 (= code + 16, sign bit flipped) at bit z of each half ORed into 128.0, then x * 2^-z -
   //   (128 * 2^-z + 16); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int5 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r12 = w0 >> 12, w0r6 = w0 >> 6, w0r3 = w0 >> 3;
     const uint32_t w1r12 = w1 >> 12, w1r6 = w1 >> 6, w1r3 = w1 >> 3;
@@ -1038,8 +1068,9 @@ template <>
 struct decoder<1, 6, 0, 0> {  // int6
   // int6 -> f16: code ^ 32 (= code + 32, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z -
   //   (1024 * 2^-z + 32); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int6 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r10 = w0 >> 10, w0r8 = w0 >> 8, w0r2 = w0 >> 2;
     const uint32_t w1r12 = w1 >> 12, w1r4 = w1 >> 4, w1r2 = w1 >> 2;
@@ -1083,8 +1114,9 @@ struct decoder<1, 6, 0, 0> {  // int6
   }
   // int6 -> bf16: code ^ 32 (= code + 32, sign bit flipped) at bit z of each half ORed into 128.0, then x * 2^-z -
   //   (128 * 2^-z + 32); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int6 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r12 = w0 >> 12, w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r8 = w1 >> 8, w1r4 = w1 >> 4;
@@ -1134,8 +1166,9 @@ template <>
 struct decoder<1, 7, 0, 0> {  // int7
   // int7 -> f16: code ^ 64 (= code + 64, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z -
   //   (1024 * 2^-z + 64); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int7 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r11 = w0 >> 11, w0r8 = w0 >> 8, w0r3 = w0 >> 3;
     const uint32_t w1r10 = w1 >> 10, w1r8 = w1 >> 8, w1r3 = w1 >> 3;
@@ -1182,8 +1215,9 @@ struct decoder<1, 7, 0, 0> {  // int7
   }
   // int7 -> bf16: code ^ 64 (= code + 64, sign bit flipped) at bit z of each half ORed into 128.0, then x * 2^-z -
   //   (128 * 2^-z + 64); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int7 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r12 = w0 >> 12, w0r8 = w0 >> 8, w0r4 = w0 >> 4;
     const uint32_t w1r12 = w1 >> 12, w1r8 = w1 >> 8, w1r4 = w1 >> 4;
@@ -1236,8 +1270,9 @@ template <>
 struct decoder<1, 8, 0, 0> {  // int8
   // int8 -> f16: code ^ 128 (= code + 128, sign bit flipped) at bit z of each half ORed into 1024.0, then x * 2^-z -
   //   (1024 * 2^-z + 128); z per pair, to share shifts
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int8 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r8 = w0 >> 8;
     const uint32_t w1r8 = w1 >> 8;
@@ -1266,8 +1301,9 @@ struct decoder<1, 8, 0, 0> {  // int8
   }
   // int8 -> bf16: 128 + low 7 bits (128.0 with the bits in its mantissa) plus 256 * (0.5 or 1.0 from bit 7, inverted)
   //   - 384
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: int8 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r8 = w0 >> 8;
     const uint32_t w1r8 = w1 >> 8;
@@ -1316,11 +1352,12 @@ struct decoder<1, 8, 0, 0> {  // int8
 template <>
 struct decoder<2, 3, 1, 1> {  // e1m1
   // e1m1 -> f16: sign to bit 15, exponent+mantissa to bits [9, 11), times 2^15
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-15: the caller's scale carries 2^15
     return fma_f16x2(x, 0x78007800u, 0x80008000u);  // x * 2^15 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r5 = w0 >> 5, w0r3 = w0 >> 3, w0r1 = w0 >> 1, w0l1 = w0 << 1, w0l3 = w0 << 3, w0l5 = w0 << 5,
@@ -1332,44 +1369,45 @@ struct decoder<2, 3, 1, 1> {  // e1m1
         w2l13 = w2 << 13, w2l14 = w2 << 14, w2l15 = w2 << 15;
     uint32_t x;
     x = w0l9 & 0x06000600u; x = and_or(w2l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l7 & 0x06000600u; x = and_or(w2l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0l5 & 0x06000600u; x = and_or(w2l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0l3 & 0x06000600u; x = and_or(w2l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w0l1 & 0x06000600u; x = and_or(w2l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w0r1 & 0x06000600u; x = and_or(w2l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w0r3 & 0x06000600u; x = and_or(w2l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w0r5 & 0x06000600u; x = and_or(w2l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w1l9 & 0x06000600u; x = and_or(w2l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w1l7 & 0x06000600u; x = and_or(w2l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w1l5 & 0x06000600u; x = and_or(w2l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w1l3 & 0x06000600u; x = and_or(w2l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w1l1 & 0x06000600u; x = and_or(w2l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w1r1 & 0x06000600u; x = and_or(w2l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w1r3 & 0x06000600u; x = and_or(w2l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w1r5 & 0x06000600u; x = and_or(w2, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e1m1 -> bf16: sign to bit 15, exponent+mantissa to bits [6, 8), times 2^127
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-127: the caller's scale carries 2^127
     return fma_bf16x2(x, 0x7F007F00u, 0x80008000u);  // x * 2^127 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r8 = w0 >> 8, w0r6 = w0 >> 6, w0r4 = w0 >> 4, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l4 = w0 << 4,
@@ -1381,48 +1419,49 @@ struct decoder<2, 3, 1, 1> {  // e1m1
         w2l13 = w2 << 13, w2l14 = w2 << 14, w2l15 = w2 << 15;
     uint32_t x;
     x = w0l6 & 0x00C000C0u; x = and_or(w2l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l4 & 0x00C000C0u; x = and_or(w2l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0l2 & 0x00C000C0u; x = and_or(w2l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0 & 0x00C000C0u; x = and_or(w2l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w0r2 & 0x00C000C0u; x = and_or(w2l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w0r4 & 0x00C000C0u; x = and_or(w2l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w0r6 & 0x00C000C0u; x = and_or(w2l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w0r8 & 0x00C000C0u; x = and_or(w2l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w1l6 & 0x00C000C0u; x = and_or(w2l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w1l4 & 0x00C000C0u; x = and_or(w2l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w1l2 & 0x00C000C0u; x = and_or(w2l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w1 & 0x00C000C0u; x = and_or(w2l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w1r2 & 0x00C000C0u; x = and_or(w2l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w1r4 & 0x00C000C0u; x = and_or(w2l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w1r6 & 0x00C000C0u; x = and_or(w2l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w1r8 & 0x00C000C0u; x = and_or(w2, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 3, 2, 0> {  // e2m0
   // e2m0 -> f16: sign to bit 15, exponent+mantissa to bits [10, 12), times 2^14
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-14: the caller's scale carries 2^14
     return fma_f16x2(x, 0x74007400u, 0x80008000u);  // x * 2^14 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r4 = w0 >> 4, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l4 = w0 << 4, w0l6 = w0 << 6, w0l8 = w0 << 8,
@@ -1434,44 +1473,45 @@ struct decoder<2, 3, 2, 0> {  // e2m0
         w2l13 = w2 << 13, w2l14 = w2 << 14, w2l15 = w2 << 15;
     uint32_t x;
     x = w0l10 & 0x0C000C00u; x = and_or(w2l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l8 & 0x0C000C00u; x = and_or(w2l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0l6 & 0x0C000C00u; x = and_or(w2l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0l4 & 0x0C000C00u; x = and_or(w2l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w0l2 & 0x0C000C00u; x = and_or(w2l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w0 & 0x0C000C00u; x = and_or(w2l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w0r2 & 0x0C000C00u; x = and_or(w2l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w0r4 & 0x0C000C00u; x = and_or(w2l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w1l10 & 0x0C000C00u; x = and_or(w2l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w1l8 & 0x0C000C00u; x = and_or(w2l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w1l6 & 0x0C000C00u; x = and_or(w2l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w1l4 & 0x0C000C00u; x = and_or(w2l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w1l2 & 0x0C000C00u; x = and_or(w2l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w1 & 0x0C000C00u; x = and_or(w2l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w1r2 & 0x0C000C00u; x = and_or(w2l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w1r4 & 0x0C000C00u; x = and_or(w2, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e2m0 -> bf16: sign to bit 15, exponent+mantissa to bits [7, 9), times 2^126
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-126: the caller's scale carries 2^126
     return fma_bf16x2(x, 0x7E807E80u, 0x80008000u);  // x * 2^126 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2];
     const uint32_t w0r7 = w0 >> 7, w0r5 = w0 >> 5, w0r3 = w0 >> 3, w0r1 = w0 >> 1, w0l1 = w0 << 1, w0l3 = w0 << 3,
@@ -1483,48 +1523,49 @@ struct decoder<2, 3, 2, 0> {  // e2m0
         w2l13 = w2 << 13, w2l14 = w2 << 14, w2l15 = w2 << 15;
     uint32_t x;
     x = w0l7 & 0x01800180u; x = and_or(w2l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l5 & 0x01800180u; x = and_or(w2l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0l3 & 0x01800180u; x = and_or(w2l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0l1 & 0x01800180u; x = and_or(w2l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w0r1 & 0x01800180u; x = and_or(w2l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w0r3 & 0x01800180u; x = and_or(w2l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w0r5 & 0x01800180u; x = and_or(w2l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w0r7 & 0x01800180u; x = and_or(w2l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w1l7 & 0x01800180u; x = and_or(w2l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w1l5 & 0x01800180u; x = and_or(w2l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w1l3 & 0x01800180u; x = and_or(w2l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w1l1 & 0x01800180u; x = and_or(w2l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w1r1 & 0x01800180u; x = and_or(w2l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w1r3 & 0x01800180u; x = and_or(w2l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w1r5 & 0x01800180u; x = and_or(w2l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w1r7 & 0x01800180u; x = and_or(w2, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 4, 1, 2> {  // e1m2
   // e1m2 -> f16: sign to bit 15, exponent+mantissa to bits [8, 11), times 2^15
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-15: the caller's scale carries 2^15
     return fma_f16x2(x, 0x78007800u, 0x80008000u);  // x * 2^15 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4, w0l8 = w0 << 8, w0l12 = w0 << 12;
@@ -1533,44 +1574,45 @@ struct decoder<2, 4, 1, 2> {  // e1m2
     const uint32_t w3r4 = w3 >> 4, w3l4 = w3 << 4, w3l8 = w3 << 8, w3l12 = w3 << 12;
     uint32_t x;
     x = w0l8 & 0x07000700u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l4 & 0x07000700u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0 & 0x07000700u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r4 & 0x07000700u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l8 & 0x07000700u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l4 & 0x07000700u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1 & 0x07000700u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r4 & 0x07000700u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l8 & 0x07000700u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l4 & 0x07000700u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2 & 0x07000700u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r4 & 0x07000700u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l8 & 0x07000700u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l4 & 0x07000700u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3 & 0x07000700u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r4 & 0x07000700u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e1m2 -> bf16: sign to bit 15, exponent+mantissa to bits [5, 8), times 2^127
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-127: the caller's scale carries 2^127
     return fma_bf16x2(x, 0x7F007F00u, 0x80008000u);  // x * 2^127 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r7 = w0 >> 7, w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l4 = w0 << 4, w0l5 = w0 << 5, w0l8 = w0 << 8,
@@ -1583,48 +1625,49 @@ struct decoder<2, 4, 1, 2> {  // e1m2
         w3l12 = w3 << 12;
     uint32_t x;
     x = w0l5 & 0x00E000E0u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l1 & 0x00E000E0u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r3 & 0x00E000E0u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r7 & 0x00E000E0u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l5 & 0x00E000E0u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l1 & 0x00E000E0u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r3 & 0x00E000E0u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r7 & 0x00E000E0u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l5 & 0x00E000E0u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l1 & 0x00E000E0u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r3 & 0x00E000E0u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r7 & 0x00E000E0u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l5 & 0x00E000E0u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l1 & 0x00E000E0u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r3 & 0x00E000E0u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r7 & 0x00E000E0u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 4, 2, 1> {  // e2m1
   // e2m1 -> f16: sign to bit 15, exponent+mantissa to bits [9, 12), times 2^14
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-14: the caller's scale carries 2^14
     return fma_f16x2(x, 0x74007400u, 0x80008000u);  // x * 2^14 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l4 = w0 << 4, w0l5 = w0 << 5, w0l8 = w0 << 8, w0l9 = w0 << 9,
@@ -1637,44 +1680,45 @@ struct decoder<2, 4, 2, 1> {  // e2m1
         w3l12 = w3 << 12;
     uint32_t x;
     x = w0l9 & 0x0E000E00u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l5 & 0x0E000E00u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0l1 & 0x0E000E00u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r3 & 0x0E000E00u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l9 & 0x0E000E00u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l5 & 0x0E000E00u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1l1 & 0x0E000E00u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r3 & 0x0E000E00u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l9 & 0x0E000E00u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l5 & 0x0E000E00u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2l1 & 0x0E000E00u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r3 & 0x0E000E00u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l9 & 0x0E000E00u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l5 & 0x0E000E00u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3l1 & 0x0E000E00u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r3 & 0x0E000E00u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e2m1 -> bf16: sign to bit 15, exponent+mantissa to bits [6, 9), times 2^126
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-126: the caller's scale carries 2^126
     return fma_bf16x2(x, 0x7E807E80u, 0x80008000u);  // x * 2^126 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r6 = w0 >> 6, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l4 = w0 << 4, w0l6 = w0 << 6, w0l8 = w0 << 8,
@@ -1687,48 +1731,49 @@ struct decoder<2, 4, 2, 1> {  // e2m1
         w3l12 = w3 << 12;
     uint32_t x;
     x = w0l6 & 0x01C001C0u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l2 & 0x01C001C0u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r2 & 0x01C001C0u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r6 & 0x01C001C0u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l6 & 0x01C001C0u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l2 & 0x01C001C0u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r2 & 0x01C001C0u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r6 & 0x01C001C0u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l6 & 0x01C001C0u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l2 & 0x01C001C0u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r2 & 0x01C001C0u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r6 & 0x01C001C0u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l6 & 0x01C001C0u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l2 & 0x01C001C0u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r2 & 0x01C001C0u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r6 & 0x01C001C0u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 4, 3, 0> {  // e3m0
   // e3m0 -> f16: sign to bit 15, exponent+mantissa to bits [10, 13), times 2^12
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-12: the caller's scale carries 2^12
     return fma_f16x2(x, 0x6C006C00u, 0x80008000u);  // x * 2^12 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l4 = w0 << 4, w0l6 = w0 << 6, w0l8 = w0 << 8, w0l10 = w0 << 10,
@@ -1741,44 +1786,45 @@ struct decoder<2, 4, 3, 0> {  // e3m0
         w3l12 = w3 << 12;
     uint32_t x;
     x = w0l10 & 0x1C001C00u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l6 & 0x1C001C00u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0l2 & 0x1C001C00u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r2 & 0x1C001C00u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l10 & 0x1C001C00u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l6 & 0x1C001C00u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1l2 & 0x1C001C00u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r2 & 0x1C001C00u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l10 & 0x1C001C00u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l6 & 0x1C001C00u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2l2 & 0x1C001C00u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r2 & 0x1C001C00u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l10 & 0x1C001C00u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l6 & 0x1C001C00u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3l2 & 0x1C001C00u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r2 & 0x1C001C00u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e3m0 -> bf16: sign to bit 15, exponent+mantissa to bits [7, 10), times 2^124
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-124: the caller's scale carries 2^124
     return fma_bf16x2(x, 0x7D807D80u, 0x80008000u);  // x * 2^124 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
     const uint32_t w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3, w0l4 = w0 << 4, w0l7 = w0 << 7, w0l8 = w0 << 8,
@@ -1791,48 +1837,49 @@ struct decoder<2, 4, 3, 0> {  // e3m0
         w3l12 = w3 << 12;
     uint32_t x;
     x = w0l7 & 0x03800380u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l3 & 0x03800380u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r1 & 0x03800380u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r5 & 0x03800380u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l7 & 0x03800380u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l3 & 0x03800380u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r1 & 0x03800380u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r5 & 0x03800380u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l7 & 0x03800380u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l3 & 0x03800380u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r1 & 0x03800380u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r5 & 0x03800380u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l7 & 0x03800380u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l3 & 0x03800380u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r1 & 0x03800380u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r5 & 0x03800380u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 5, 1, 3> {  // e1m3
   // e1m3 -> f16: sign to bit 15, exponent+mantissa to bits [7, 11), times 2^15
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-15: the caller's scale carries 2^15
     return fma_f16x2(x, 0x78007800u, 0x80008000u);  // x * 2^15 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3, w0l7 = w0 << 7;
@@ -1844,44 +1891,45 @@ struct decoder<2, 5, 1, 3> {  // e1m3
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l7 & 0x07800780u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l3 & 0x07800780u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0r1 & 0x07800780u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r5 & 0x07800780u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l7 & 0x07800780u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l3 & 0x07800780u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1r1 & 0x07800780u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r5 & 0x07800780u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l7 & 0x07800780u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l3 & 0x07800780u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2r1 & 0x07800780u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r5 & 0x07800780u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l7 & 0x07800780u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l3 & 0x07800780u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3r1 & 0x07800780u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r5 & 0x07800780u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e1m3 -> bf16: sign to bit 15, exponent+mantissa to bits [4, 8), times 2^127
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-127: the caller's scale carries 2^127
     return fma_bf16x2(x, 0x7F007F00u, 0x80008000u);  // x * 2^127 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r8 = w0 >> 8, w0r4 = w0 >> 4, w0l4 = w0 << 4;
@@ -1893,48 +1941,49 @@ struct decoder<2, 5, 1, 3> {  // e1m3
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l4 & 0x00F000F0u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0 & 0x00F000F0u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r4 & 0x00F000F0u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r8 & 0x00F000F0u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l4 & 0x00F000F0u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1 & 0x00F000F0u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r4 & 0x00F000F0u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r8 & 0x00F000F0u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l4 & 0x00F000F0u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2 & 0x00F000F0u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r4 & 0x00F000F0u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r8 & 0x00F000F0u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l4 & 0x00F000F0u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3 & 0x00F000F0u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r4 & 0x00F000F0u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r8 & 0x00F000F0u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 5, 2, 2> {  // e2m2
   // e2m2 -> f16: sign to bit 15, exponent+mantissa to bits [8, 12), times 2^14
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-14: the caller's scale carries 2^14
     return fma_f16x2(x, 0x74007400u, 0x80008000u);  // x * 2^14 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4, w0l8 = w0 << 8;
@@ -1946,44 +1995,45 @@ struct decoder<2, 5, 2, 2> {  // e2m2
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l8 & 0x0F000F00u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l4 & 0x0F000F00u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0 & 0x0F000F00u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r4 & 0x0F000F00u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l8 & 0x0F000F00u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l4 & 0x0F000F00u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1 & 0x0F000F00u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r4 & 0x0F000F00u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l8 & 0x0F000F00u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l4 & 0x0F000F00u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2 & 0x0F000F00u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r4 & 0x0F000F00u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l8 & 0x0F000F00u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l4 & 0x0F000F00u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3 & 0x0F000F00u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r4 & 0x0F000F00u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e2m2 -> bf16: sign to bit 15, exponent+mantissa to bits [5, 9), times 2^126
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-126: the caller's scale carries 2^126
     return fma_bf16x2(x, 0x7E807E80u, 0x80008000u);  // x * 2^126 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r7 = w0 >> 7, w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l5 = w0 << 5;
@@ -1995,48 +2045,49 @@ struct decoder<2, 5, 2, 2> {  // e2m2
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l5 & 0x01E001E0u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l1 & 0x01E001E0u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r3 & 0x01E001E0u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r7 & 0x01E001E0u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l5 & 0x01E001E0u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l1 & 0x01E001E0u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r3 & 0x01E001E0u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r7 & 0x01E001E0u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l5 & 0x01E001E0u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l1 & 0x01E001E0u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r3 & 0x01E001E0u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r7 & 0x01E001E0u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l5 & 0x01E001E0u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l1 & 0x01E001E0u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r3 & 0x01E001E0u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r7 & 0x01E001E0u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 5, 3, 1> {  // e3m1
   // e3m1 -> f16: sign to bit 15, exponent+mantissa to bits [9, 13), times 2^12
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-12: the caller's scale carries 2^12
     return fma_f16x2(x, 0x6C006C00u, 0x80008000u);  // x * 2^12 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l5 = w0 << 5, w0l9 = w0 << 9;
@@ -2048,44 +2099,45 @@ struct decoder<2, 5, 3, 1> {  // e3m1
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l9 & 0x1E001E00u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l5 & 0x1E001E00u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0l1 & 0x1E001E00u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r3 & 0x1E001E00u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l9 & 0x1E001E00u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l5 & 0x1E001E00u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1l1 & 0x1E001E00u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r3 & 0x1E001E00u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l9 & 0x1E001E00u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l5 & 0x1E001E00u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2l1 & 0x1E001E00u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r3 & 0x1E001E00u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l9 & 0x1E001E00u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l5 & 0x1E001E00u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3l1 & 0x1E001E00u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r3 & 0x1E001E00u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e3m1 -> bf16: sign to bit 15, exponent+mantissa to bits [6, 10), times 2^124
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-124: the caller's scale carries 2^124
     return fma_bf16x2(x, 0x7D807D80u, 0x80008000u);  // x * 2^124 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r6 = w0 >> 6, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l6 = w0 << 6;
@@ -2097,48 +2149,49 @@ struct decoder<2, 5, 3, 1> {  // e3m1
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l6 & 0x03C003C0u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l2 & 0x03C003C0u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r2 & 0x03C003C0u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r6 & 0x03C003C0u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l6 & 0x03C003C0u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l2 & 0x03C003C0u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r2 & 0x03C003C0u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r6 & 0x03C003C0u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l6 & 0x03C003C0u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l2 & 0x03C003C0u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r2 & 0x03C003C0u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r6 & 0x03C003C0u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l6 & 0x03C003C0u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l2 & 0x03C003C0u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r2 & 0x03C003C0u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r6 & 0x03C003C0u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 5, 4, 0> {  // e4m0
   // e4m0 -> f16: sign to bit 15, exponent+mantissa to bits [10, 14), times 2^8
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-8: the caller's scale carries 2^8
     return fma_f16x2(x, 0x5C005C00u, 0x80008000u);  // x * 2^8 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l6 = w0 << 6, w0l10 = w0 << 10;
@@ -2150,44 +2203,45 @@ struct decoder<2, 5, 4, 0> {  // e4m0
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l10 & 0x3C003C00u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l6 & 0x3C003C00u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0l2 & 0x3C003C00u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r2 & 0x3C003C00u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l10 & 0x3C003C00u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l6 & 0x3C003C00u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1l2 & 0x3C003C00u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r2 & 0x3C003C00u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l10 & 0x3C003C00u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l6 & 0x3C003C00u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2l2 & 0x3C003C00u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r2 & 0x3C003C00u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l10 & 0x3C003C00u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l6 & 0x3C003C00u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3l2 & 0x3C003C00u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r2 & 0x3C003C00u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e4m0 -> bf16: sign to bit 15, exponent+mantissa to bits [7, 11), times 2^120
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-120: the caller's scale carries 2^120
     return fma_bf16x2(x, 0x7B807B80u, 0x80008000u);  // x * 2^120 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
     const uint32_t w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3, w0l7 = w0 << 7;
@@ -2199,48 +2253,49 @@ struct decoder<2, 5, 4, 0> {  // e4m0
         w4l13 = w4 << 13, w4l14 = w4 << 14, w4l15 = w4 << 15;
     uint32_t x;
     x = w0l7 & 0x07800780u; x = and_or(w4l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l3 & 0x07800780u; x = and_or(w4l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r1 & 0x07800780u; x = and_or(w4l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r5 & 0x07800780u; x = and_or(w4l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l7 & 0x07800780u; x = and_or(w4l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l3 & 0x07800780u; x = and_or(w4l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r1 & 0x07800780u; x = and_or(w4l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r5 & 0x07800780u; x = and_or(w4l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l7 & 0x07800780u; x = and_or(w4l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l3 & 0x07800780u; x = and_or(w4l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r1 & 0x07800780u; x = and_or(w4l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r5 & 0x07800780u; x = and_or(w4l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l7 & 0x07800780u; x = and_or(w4l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l3 & 0x07800780u; x = and_or(w4l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r1 & 0x07800780u; x = and_or(w4l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r5 & 0x07800780u; x = and_or(w4, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 6, 1, 4> {  // e1m4
   // e1m4 -> f16: sign to bit 15, exponent+mantissa to bits [6, 11), times 2^15
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-15: the caller's scale carries 2^15
     return fma_f16x2(x, 0x78007800u, 0x80008000u);  // x * 2^15 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r6 = w0 >> 6, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l6 = w0 << 6;
@@ -2253,44 +2308,45 @@ struct decoder<2, 6, 1, 4> {  // e1m4
         w5l10 = w5 << 10, w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l6 & 0x03C003C0u; x = and_or(w4l10, 0x04000400u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l2 & 0x03C003C0u; x = and_or(w4l8, 0x04000400u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0r2 & 0x03C003C0u; x = and_or(w4l6, 0x04000400u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r6 & 0x03C003C0u; x = and_or(w4l4, 0x04000400u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l6 & 0x03C003C0u; x = and_or(w4l2, 0x04000400u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l2 & 0x03C003C0u; x = and_or(w4, 0x04000400u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1r2 & 0x03C003C0u; x = and_or(w4r2, 0x04000400u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r6 & 0x03C003C0u; x = and_or(w4r4, 0x04000400u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l6 & 0x03C003C0u; x = and_or(w5l10, 0x04000400u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l2 & 0x03C003C0u; x = and_or(w5l8, 0x04000400u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2r2 & 0x03C003C0u; x = and_or(w5l6, 0x04000400u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r6 & 0x03C003C0u; x = and_or(w5l4, 0x04000400u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l6 & 0x03C003C0u; x = and_or(w5l2, 0x04000400u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l2 & 0x03C003C0u; x = and_or(w5, 0x04000400u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3r2 & 0x03C003C0u; x = and_or(w5r2, 0x04000400u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r6 & 0x03C003C0u; x = and_or(w5r4, 0x04000400u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e1m4 -> bf16: sign to bit 15, exponent+mantissa to bits [3, 8), times 2^127
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-127: the caller's scale carries 2^127
     return fma_bf16x2(x, 0x7F007F00u, 0x80008000u);  // x * 2^127 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r9 = w0 >> 9, w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3;
@@ -2305,48 +2361,49 @@ struct decoder<2, 6, 1, 4> {  // e1m4
         w5l10 = w5 << 10, w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l3 & 0x00780078u; x = and_or(w4l7, 0x00800080u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r1 & 0x00780078u; x = and_or(w4l5, 0x00800080u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r5 & 0x00780078u; x = and_or(w4l3, 0x00800080u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r9 & 0x00780078u; x = and_or(w4l1, 0x00800080u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l3 & 0x00780078u; x = and_or(w4r1, 0x00800080u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1r1 & 0x00780078u; x = and_or(w4r3, 0x00800080u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r5 & 0x00780078u; x = and_or(w4r5, 0x00800080u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r9 & 0x00780078u; x = and_or(w4r7, 0x00800080u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l3 & 0x00780078u; x = and_or(w5l7, 0x00800080u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2r1 & 0x00780078u; x = and_or(w5l5, 0x00800080u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r5 & 0x00780078u; x = and_or(w5l3, 0x00800080u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r9 & 0x00780078u; x = and_or(w5l1, 0x00800080u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l3 & 0x00780078u; x = and_or(w5r1, 0x00800080u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3r1 & 0x00780078u; x = and_or(w5r3, 0x00800080u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r5 & 0x00780078u; x = and_or(w5r5, 0x00800080u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r9 & 0x00780078u; x = and_or(w5r7, 0x00800080u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 6, 2, 3> {  // e2m3
   // e2m3 -> f16: sign to bit 15, exponent+mantissa to bits [7, 12), times 2^14
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-14: the caller's scale carries 2^14
     return fma_f16x2(x, 0x74007400u, 0x80008000u);  // x * 2^14 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3, w0l7 = w0 << 7;
@@ -2361,44 +2418,45 @@ struct decoder<2, 6, 2, 3> {  // e2m3
         w5l11 = w5 << 11, w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l7 & 0x07800780u; x = and_or(w4l11, 0x08000800u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l3 & 0x07800780u; x = and_or(w4l9, 0x08000800u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0r1 & 0x07800780u; x = and_or(w4l7, 0x08000800u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r5 & 0x07800780u; x = and_or(w4l5, 0x08000800u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l7 & 0x07800780u; x = and_or(w4l3, 0x08000800u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l3 & 0x07800780u; x = and_or(w4l1, 0x08000800u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1r1 & 0x07800780u; x = and_or(w4r1, 0x08000800u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r5 & 0x07800780u; x = and_or(w4r3, 0x08000800u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l7 & 0x07800780u; x = and_or(w5l11, 0x08000800u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l3 & 0x07800780u; x = and_or(w5l9, 0x08000800u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2r1 & 0x07800780u; x = and_or(w5l7, 0x08000800u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r5 & 0x07800780u; x = and_or(w5l5, 0x08000800u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l7 & 0x07800780u; x = and_or(w5l3, 0x08000800u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l3 & 0x07800780u; x = and_or(w5l1, 0x08000800u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3r1 & 0x07800780u; x = and_or(w5r1, 0x08000800u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r5 & 0x07800780u; x = and_or(w5r3, 0x08000800u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e2m3 -> bf16: sign to bit 15, exponent+mantissa to bits [4, 9), times 2^126
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-126: the caller's scale carries 2^126
     return fma_bf16x2(x, 0x7E807E80u, 0x80008000u);  // x * 2^126 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r8 = w0 >> 8, w0r4 = w0 >> 4, w0l4 = w0 << 4;
@@ -2411,48 +2469,49 @@ struct decoder<2, 6, 2, 3> {  // e2m3
         w5l8 = w5 << 8, w5l10 = w5 << 10, w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l4 & 0x00F000F0u; x = and_or(w4l8, 0x01000100u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0 & 0x00F000F0u; x = and_or(w4l6, 0x01000100u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r4 & 0x00F000F0u; x = and_or(w4l4, 0x01000100u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r8 & 0x00F000F0u; x = and_or(w4l2, 0x01000100u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l4 & 0x00F000F0u; x = and_or(w4, 0x01000100u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1 & 0x00F000F0u; x = and_or(w4r2, 0x01000100u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r4 & 0x00F000F0u; x = and_or(w4r4, 0x01000100u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r8 & 0x00F000F0u; x = and_or(w4r6, 0x01000100u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l4 & 0x00F000F0u; x = and_or(w5l8, 0x01000100u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2 & 0x00F000F0u; x = and_or(w5l6, 0x01000100u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r4 & 0x00F000F0u; x = and_or(w5l4, 0x01000100u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r8 & 0x00F000F0u; x = and_or(w5l2, 0x01000100u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l4 & 0x00F000F0u; x = and_or(w5, 0x01000100u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3 & 0x00F000F0u; x = and_or(w5r2, 0x01000100u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r4 & 0x00F000F0u; x = and_or(w5r4, 0x01000100u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r8 & 0x00F000F0u; x = and_or(w5r6, 0x01000100u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 6, 3, 2> {  // e3m2
   // e3m2 -> f16: sign to bit 15, exponent+mantissa to bits [8, 13), times 2^12
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-12: the caller's scale carries 2^12
     return fma_f16x2(x, 0x6C006C00u, 0x80008000u);  // x * 2^12 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4, w0l8 = w0 << 8;
@@ -2465,44 +2524,45 @@ struct decoder<2, 6, 3, 2> {  // e3m2
         w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l8 & 0x0F000F00u; x = and_or(w4l12, 0x10001000u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l4 & 0x0F000F00u; x = and_or(w4l10, 0x10001000u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0 & 0x0F000F00u; x = and_or(w4l8, 0x10001000u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r4 & 0x0F000F00u; x = and_or(w4l6, 0x10001000u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l8 & 0x0F000F00u; x = and_or(w4l4, 0x10001000u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l4 & 0x0F000F00u; x = and_or(w4l2, 0x10001000u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1 & 0x0F000F00u; x = and_or(w4, 0x10001000u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r4 & 0x0F000F00u; x = and_or(w4r2, 0x10001000u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l8 & 0x0F000F00u; x = and_or(w5l12, 0x10001000u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l4 & 0x0F000F00u; x = and_or(w5l10, 0x10001000u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2 & 0x0F000F00u; x = and_or(w5l8, 0x10001000u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r4 & 0x0F000F00u; x = and_or(w5l6, 0x10001000u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l8 & 0x0F000F00u; x = and_or(w5l4, 0x10001000u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l4 & 0x0F000F00u; x = and_or(w5l2, 0x10001000u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3 & 0x0F000F00u; x = and_or(w5, 0x10001000u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r4 & 0x0F000F00u; x = and_or(w5r2, 0x10001000u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e3m2 -> bf16: sign to bit 15, exponent+mantissa to bits [5, 10), times 2^124
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-124: the caller's scale carries 2^124
     return fma_bf16x2(x, 0x7D807D80u, 0x80008000u);  // x * 2^124 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r7 = w0 >> 7, w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l5 = w0 << 5;
@@ -2517,48 +2577,49 @@ struct decoder<2, 6, 3, 2> {  // e3m2
         w5l10 = w5 << 10, w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l5 & 0x01E001E0u; x = and_or(w4l9, 0x02000200u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l1 & 0x01E001E0u; x = and_or(w4l7, 0x02000200u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r3 & 0x01E001E0u; x = and_or(w4l5, 0x02000200u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r7 & 0x01E001E0u; x = and_or(w4l3, 0x02000200u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l5 & 0x01E001E0u; x = and_or(w4l1, 0x02000200u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l1 & 0x01E001E0u; x = and_or(w4r1, 0x02000200u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r3 & 0x01E001E0u; x = and_or(w4r3, 0x02000200u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r7 & 0x01E001E0u; x = and_or(w4r5, 0x02000200u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l5 & 0x01E001E0u; x = and_or(w5l9, 0x02000200u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l1 & 0x01E001E0u; x = and_or(w5l7, 0x02000200u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r3 & 0x01E001E0u; x = and_or(w5l5, 0x02000200u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r7 & 0x01E001E0u; x = and_or(w5l3, 0x02000200u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l5 & 0x01E001E0u; x = and_or(w5l1, 0x02000200u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l1 & 0x01E001E0u; x = and_or(w5r1, 0x02000200u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r3 & 0x01E001E0u; x = and_or(w5r3, 0x02000200u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r7 & 0x01E001E0u; x = and_or(w5r5, 0x02000200u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 6, 4, 1> {  // e4m1
   // e4m1 -> f16: sign to bit 15, exponent+mantissa to bits [9, 14), times 2^8
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-8: the caller's scale carries 2^8
     return fma_f16x2(x, 0x5C005C00u, 0x80008000u);  // x * 2^8 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l5 = w0 << 5, w0l9 = w0 << 9;
@@ -2573,44 +2634,45 @@ struct decoder<2, 6, 4, 1> {  // e4m1
         w5l12 = w5 << 12, w5l13 = w5 << 13, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l9 & 0x1E001E00u; x = and_or(w4l13, 0x20002000u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l5 & 0x1E001E00u; x = and_or(w4l11, 0x20002000u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0l1 & 0x1E001E00u; x = and_or(w4l9, 0x20002000u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r3 & 0x1E001E00u; x = and_or(w4l7, 0x20002000u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l9 & 0x1E001E00u; x = and_or(w4l5, 0x20002000u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l5 & 0x1E001E00u; x = and_or(w4l3, 0x20002000u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1l1 & 0x1E001E00u; x = and_or(w4l1, 0x20002000u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r3 & 0x1E001E00u; x = and_or(w4r1, 0x20002000u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l9 & 0x1E001E00u; x = and_or(w5l13, 0x20002000u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l5 & 0x1E001E00u; x = and_or(w5l11, 0x20002000u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2l1 & 0x1E001E00u; x = and_or(w5l9, 0x20002000u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r3 & 0x1E001E00u; x = and_or(w5l7, 0x20002000u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l9 & 0x1E001E00u; x = and_or(w5l5, 0x20002000u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l5 & 0x1E001E00u; x = and_or(w5l3, 0x20002000u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3l1 & 0x1E001E00u; x = and_or(w5l1, 0x20002000u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r3 & 0x1E001E00u; x = and_or(w5r1, 0x20002000u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e4m1 -> bf16: sign to bit 15, exponent+mantissa to bits [6, 11), times 2^120
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-120: the caller's scale carries 2^120
     return fma_bf16x2(x, 0x7B807B80u, 0x80008000u);  // x * 2^120 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r6 = w0 >> 6, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l6 = w0 << 6;
@@ -2623,45 +2685,46 @@ struct decoder<2, 6, 4, 1> {  // e4m1
         w5l10 = w5 << 10, w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l6 & 0x03C003C0u; x = and_or(w4l10, 0x04000400u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l2 & 0x03C003C0u; x = and_or(w4l8, 0x04000400u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r2 & 0x03C003C0u; x = and_or(w4l6, 0x04000400u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r6 & 0x03C003C0u; x = and_or(w4l4, 0x04000400u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l6 & 0x03C003C0u; x = and_or(w4l2, 0x04000400u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l2 & 0x03C003C0u; x = and_or(w4, 0x04000400u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r2 & 0x03C003C0u; x = and_or(w4r2, 0x04000400u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r6 & 0x03C003C0u; x = and_or(w4r4, 0x04000400u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l6 & 0x03C003C0u; x = and_or(w5l10, 0x04000400u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l2 & 0x03C003C0u; x = and_or(w5l8, 0x04000400u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r2 & 0x03C003C0u; x = and_or(w5l6, 0x04000400u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r6 & 0x03C003C0u; x = and_or(w5l4, 0x04000400u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l6 & 0x03C003C0u; x = and_or(w5l2, 0x04000400u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l2 & 0x03C003C0u; x = and_or(w5, 0x04000400u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r2 & 0x03C003C0u; x = and_or(w5r2, 0x04000400u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r6 & 0x03C003C0u; x = and_or(w5r4, 0x04000400u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 6, 5, 0> {  // e5m0
   // e5m0 -> f16: sign to bit 15, exponent+mantissa to bits [10, 15) (the identity placement)
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e5m0 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l6 = w0 << 6, w0l10 = w0 << 10;
     const uint32_t w1r2 = w1 >> 2, w1l2 = w1 << 2, w1l6 = w1 << 6, w1l10 = w1 << 10;
@@ -2689,13 +2752,14 @@ struct decoder<2, 6, 5, 0> {  // e5m0
     out[15] = and_or(w5, 0xC000C000u, w3r2 & 0x3C003C00u);
   }
   // e5m0 -> bf16: sign to bit 15, exponent+mantissa to bits [7, 12), times 2^112
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
     x += ((x + 0x00800080u) & 0x10001000u) * 7u;  // inf/NaN
     return fma_bf16x2(x, 0x77807780u, 0x80008000u);  // x * 2^112 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e5m0 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];
     const uint32_t w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3, w0l7 = w0 << 7;
     const uint32_t w1r5 = w1 >> 5, w1r1 = w1 >> 1, w1l3 = w1 << 3, w1l7 = w1 << 7;
@@ -2709,48 +2773,49 @@ struct decoder<2, 6, 5, 0> {  // e5m0
         w5l11 = w5 << 11, w5l12 = w5 << 12, w5l14 = w5 << 14;
     uint32_t x;
     x = w0l7 & 0x07800780u; x = and_or(w4l11, 0x08000800u, x); x = and_or(w4l14, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l3 & 0x07800780u; x = and_or(w4l9, 0x08000800u, x); x = and_or(w4l12, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r1 & 0x07800780u; x = and_or(w4l7, 0x08000800u, x); x = and_or(w4l10, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r5 & 0x07800780u; x = and_or(w4l5, 0x08000800u, x); x = and_or(w4l8, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l7 & 0x07800780u; x = and_or(w4l3, 0x08000800u, x); x = and_or(w4l6, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l3 & 0x07800780u; x = and_or(w4l1, 0x08000800u, x); x = and_or(w4l4, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r1 & 0x07800780u; x = and_or(w4r1, 0x08000800u, x); x = and_or(w4l2, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r5 & 0x07800780u; x = and_or(w4r3, 0x08000800u, x); x = and_or(w4, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l7 & 0x07800780u; x = and_or(w5l11, 0x08000800u, x); x = and_or(w5l14, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l3 & 0x07800780u; x = and_or(w5l9, 0x08000800u, x); x = and_or(w5l12, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r1 & 0x07800780u; x = and_or(w5l7, 0x08000800u, x); x = and_or(w5l10, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r5 & 0x07800780u; x = and_or(w5l5, 0x08000800u, x); x = and_or(w5l8, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l7 & 0x07800780u; x = and_or(w5l3, 0x08000800u, x); x = and_or(w5l6, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l3 & 0x07800780u; x = and_or(w5l1, 0x08000800u, x); x = and_or(w5l4, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r1 & 0x07800780u; x = and_or(w5r1, 0x08000800u, x); x = and_or(w5l2, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r5 & 0x07800780u; x = and_or(w5r3, 0x08000800u, x); x = and_or(w5, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 7, 1, 5> {  // e1m5
   // e1m5 -> f16: sign to bit 15, exponent+mantissa to bits [5, 11), times 2^15
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-15: the caller's scale carries 2^15
     return fma_f16x2(x, 0x78007800u, 0x80008000u);  // x * 2^15 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r7 = w0 >> 7, w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l5 = w0 << 5;
@@ -2766,44 +2831,45 @@ struct decoder<2, 7, 1, 5> {  // e1m5
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l5 & 0x01E001E0u; x = and_or(w4l9, 0x06000600u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l1 & 0x01E001E0u; x = and_or(w4l7, 0x06000600u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0r3 & 0x01E001E0u; x = and_or(w4l5, 0x06000600u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r7 & 0x01E001E0u; x = and_or(w4l3, 0x06000600u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l5 & 0x01E001E0u; x = and_or(w4l1, 0x06000600u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l1 & 0x01E001E0u; x = and_or(w4r1, 0x06000600u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1r3 & 0x01E001E0u; x = and_or(w4r3, 0x06000600u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r7 & 0x01E001E0u; x = and_or(w4r5, 0x06000600u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l5 & 0x01E001E0u; x = and_or(w5l9, 0x06000600u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l1 & 0x01E001E0u; x = and_or(w5l7, 0x06000600u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2r3 & 0x01E001E0u; x = and_or(w5l5, 0x06000600u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r7 & 0x01E001E0u; x = and_or(w5l3, 0x06000600u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l5 & 0x01E001E0u; x = and_or(w5l1, 0x06000600u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l1 & 0x01E001E0u; x = and_or(w5r1, 0x06000600u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3r3 & 0x01E001E0u; x = and_or(w5r3, 0x06000600u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r7 & 0x01E001E0u; x = and_or(w5r5, 0x06000600u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e1m5 -> bf16: sign to bit 15, exponent+mantissa to bits [2, 8), times 2^127
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-127: the caller's scale carries 2^127
     return fma_bf16x2(x, 0x7F007F00u, 0x80008000u);  // x * 2^127 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r10 = w0 >> 10, w0r6 = w0 >> 6, w0r2 = w0 >> 2, w0l2 = w0 << 2;
@@ -2819,48 +2885,49 @@ struct decoder<2, 7, 1, 5> {  // e1m5
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l2 & 0x003C003Cu; x = and_or(w4l6, 0x00C000C0u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r2 & 0x003C003Cu; x = and_or(w4l4, 0x00C000C0u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r6 & 0x003C003Cu; x = and_or(w4l2, 0x00C000C0u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r10 & 0x003C003Cu; x = and_or(w4, 0x00C000C0u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l2 & 0x003C003Cu; x = and_or(w4r2, 0x00C000C0u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1r2 & 0x003C003Cu; x = and_or(w4r4, 0x00C000C0u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r6 & 0x003C003Cu; x = and_or(w4r6, 0x00C000C0u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r10 & 0x003C003Cu; x = and_or(w4r8, 0x00C000C0u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l2 & 0x003C003Cu; x = and_or(w5l6, 0x00C000C0u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2r2 & 0x003C003Cu; x = and_or(w5l4, 0x00C000C0u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r6 & 0x003C003Cu; x = and_or(w5l2, 0x00C000C0u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r10 & 0x003C003Cu; x = and_or(w5, 0x00C000C0u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l2 & 0x003C003Cu; x = and_or(w5r2, 0x00C000C0u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3r2 & 0x003C003Cu; x = and_or(w5r4, 0x00C000C0u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r6 & 0x003C003Cu; x = and_or(w5r6, 0x00C000C0u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r10 & 0x003C003Cu; x = and_or(w5r8, 0x00C000C0u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 7, 2, 4> {  // e2m4
   // e2m4 -> f16: sign to bit 15, exponent+mantissa to bits [6, 12), times 2^14
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-14: the caller's scale carries 2^14
     return fma_f16x2(x, 0x74007400u, 0x80008000u);  // x * 2^14 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r6 = w0 >> 6, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l6 = w0 << 6;
@@ -2876,44 +2943,45 @@ struct decoder<2, 7, 2, 4> {  // e2m4
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l6 & 0x03C003C0u; x = and_or(w4l10, 0x0C000C00u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l2 & 0x03C003C0u; x = and_or(w4l8, 0x0C000C00u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0r2 & 0x03C003C0u; x = and_or(w4l6, 0x0C000C00u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r6 & 0x03C003C0u; x = and_or(w4l4, 0x0C000C00u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l6 & 0x03C003C0u; x = and_or(w4l2, 0x0C000C00u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l2 & 0x03C003C0u; x = and_or(w4, 0x0C000C00u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1r2 & 0x03C003C0u; x = and_or(w4r2, 0x0C000C00u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r6 & 0x03C003C0u; x = and_or(w4r4, 0x0C000C00u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l6 & 0x03C003C0u; x = and_or(w5l10, 0x0C000C00u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l2 & 0x03C003C0u; x = and_or(w5l8, 0x0C000C00u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2r2 & 0x03C003C0u; x = and_or(w5l6, 0x0C000C00u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r6 & 0x03C003C0u; x = and_or(w5l4, 0x0C000C00u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l6 & 0x03C003C0u; x = and_or(w5l2, 0x0C000C00u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l2 & 0x03C003C0u; x = and_or(w5, 0x0C000C00u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3r2 & 0x03C003C0u; x = and_or(w5r2, 0x0C000C00u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r6 & 0x03C003C0u; x = and_or(w5r4, 0x0C000C00u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e2m4 -> bf16: sign to bit 15, exponent+mantissa to bits [3, 9), times 2^126
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-126: the caller's scale carries 2^126
     return fma_bf16x2(x, 0x7E807E80u, 0x80008000u);  // x * 2^126 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r9 = w0 >> 9, w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3;
@@ -2929,48 +2997,49 @@ struct decoder<2, 7, 2, 4> {  // e2m4
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l3 & 0x00780078u; x = and_or(w4l7, 0x01800180u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r1 & 0x00780078u; x = and_or(w4l5, 0x01800180u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r5 & 0x00780078u; x = and_or(w4l3, 0x01800180u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r9 & 0x00780078u; x = and_or(w4l1, 0x01800180u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l3 & 0x00780078u; x = and_or(w4r1, 0x01800180u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1r1 & 0x00780078u; x = and_or(w4r3, 0x01800180u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r5 & 0x00780078u; x = and_or(w4r5, 0x01800180u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r9 & 0x00780078u; x = and_or(w4r7, 0x01800180u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l3 & 0x00780078u; x = and_or(w5l7, 0x01800180u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2r1 & 0x00780078u; x = and_or(w5l5, 0x01800180u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r5 & 0x00780078u; x = and_or(w5l3, 0x01800180u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r9 & 0x00780078u; x = and_or(w5l1, 0x01800180u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l3 & 0x00780078u; x = and_or(w5r1, 0x01800180u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3r1 & 0x00780078u; x = and_or(w5r3, 0x01800180u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r5 & 0x00780078u; x = and_or(w5r5, 0x01800180u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r9 & 0x00780078u; x = and_or(w5r7, 0x01800180u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 7, 3, 3> {  // e3m3
   // e3m3 -> f16: sign to bit 15, exponent+mantissa to bits [7, 13), times 2^12
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-12: the caller's scale carries 2^12
     return fma_f16x2(x, 0x6C006C00u, 0x80008000u);  // x * 2^12 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3, w0l7 = w0 << 7;
@@ -2986,44 +3055,45 @@ struct decoder<2, 7, 3, 3> {  // e3m3
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l7 & 0x07800780u; x = and_or(w4l11, 0x18001800u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l3 & 0x07800780u; x = and_or(w4l9, 0x18001800u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0r1 & 0x07800780u; x = and_or(w4l7, 0x18001800u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r5 & 0x07800780u; x = and_or(w4l5, 0x18001800u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l7 & 0x07800780u; x = and_or(w4l3, 0x18001800u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l3 & 0x07800780u; x = and_or(w4l1, 0x18001800u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1r1 & 0x07800780u; x = and_or(w4r1, 0x18001800u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r5 & 0x07800780u; x = and_or(w4r3, 0x18001800u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l7 & 0x07800780u; x = and_or(w5l11, 0x18001800u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l3 & 0x07800780u; x = and_or(w5l9, 0x18001800u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2r1 & 0x07800780u; x = and_or(w5l7, 0x18001800u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r5 & 0x07800780u; x = and_or(w5l5, 0x18001800u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l7 & 0x07800780u; x = and_or(w5l3, 0x18001800u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l3 & 0x07800780u; x = and_or(w5l1, 0x18001800u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3r1 & 0x07800780u; x = and_or(w5r1, 0x18001800u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r5 & 0x07800780u; x = and_or(w5r3, 0x18001800u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e3m3 -> bf16: sign to bit 15, exponent+mantissa to bits [4, 10), times 2^124
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-124: the caller's scale carries 2^124
     return fma_bf16x2(x, 0x7D807D80u, 0x80008000u);  // x * 2^124 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r8 = w0 >> 8, w0r4 = w0 >> 4, w0l4 = w0 << 4;
@@ -3039,48 +3109,49 @@ struct decoder<2, 7, 3, 3> {  // e3m3
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l4 & 0x00F000F0u; x = and_or(w4l8, 0x03000300u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0 & 0x00F000F0u; x = and_or(w4l6, 0x03000300u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r4 & 0x00F000F0u; x = and_or(w4l4, 0x03000300u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r8 & 0x00F000F0u; x = and_or(w4l2, 0x03000300u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l4 & 0x00F000F0u; x = and_or(w4, 0x03000300u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1 & 0x00F000F0u; x = and_or(w4r2, 0x03000300u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r4 & 0x00F000F0u; x = and_or(w4r4, 0x03000300u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r8 & 0x00F000F0u; x = and_or(w4r6, 0x03000300u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l4 & 0x00F000F0u; x = and_or(w5l8, 0x03000300u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2 & 0x00F000F0u; x = and_or(w5l6, 0x03000300u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r4 & 0x00F000F0u; x = and_or(w5l4, 0x03000300u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r8 & 0x00F000F0u; x = and_or(w5l2, 0x03000300u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l4 & 0x00F000F0u; x = and_or(w5, 0x03000300u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3 & 0x00F000F0u; x = and_or(w5r2, 0x03000300u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r4 & 0x00F000F0u; x = and_or(w5r4, 0x03000300u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r8 & 0x00F000F0u; x = and_or(w5r6, 0x03000300u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 7, 4, 2> {  // e4m2
   // e4m2 -> f16: sign to bit 15, exponent+mantissa to bits [8, 14), times 2^8
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-8: the caller's scale carries 2^8
     return fma_f16x2(x, 0x5C005C00u, 0x80008000u);  // x * 2^8 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4, w0l8 = w0 << 8;
@@ -3096,44 +3167,45 @@ struct decoder<2, 7, 4, 2> {  // e4m2
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l8 & 0x0F000F00u; x = and_or(w4l12, 0x30003000u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0l4 & 0x0F000F00u; x = and_or(w4l10, 0x30003000u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w0 & 0x0F000F00u; x = and_or(w4l8, 0x30003000u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w0r4 & 0x0F000F00u; x = and_or(w4l6, 0x30003000u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w1l8 & 0x0F000F00u; x = and_or(w4l4, 0x30003000u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w1l4 & 0x0F000F00u; x = and_or(w4l2, 0x30003000u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w1 & 0x0F000F00u; x = and_or(w4, 0x30003000u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w1r4 & 0x0F000F00u; x = and_or(w4r2, 0x30003000u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w2l8 & 0x0F000F00u; x = and_or(w5l12, 0x30003000u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w2l4 & 0x0F000F00u; x = and_or(w5l10, 0x30003000u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w2 & 0x0F000F00u; x = and_or(w5l8, 0x30003000u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w2r4 & 0x0F000F00u; x = and_or(w5l6, 0x30003000u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w3l8 & 0x0F000F00u; x = and_or(w5l4, 0x30003000u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w3l4 & 0x0F000F00u; x = and_or(w5l2, 0x30003000u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w3 & 0x0F000F00u; x = and_or(w5, 0x30003000u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w3r4 & 0x0F000F00u; x = and_or(w5r2, 0x30003000u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e4m2 -> bf16: sign to bit 15, exponent+mantissa to bits [5, 11), times 2^120
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-120: the caller's scale carries 2^120
     return fma_bf16x2(x, 0x7B807B80u, 0x80008000u);  // x * 2^120 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r7 = w0 >> 7, w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l5 = w0 << 5;
@@ -3149,45 +3221,46 @@ struct decoder<2, 7, 4, 2> {  // e4m2
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l5 & 0x01E001E0u; x = and_or(w4l9, 0x06000600u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l1 & 0x01E001E0u; x = and_or(w4l7, 0x06000600u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r3 & 0x01E001E0u; x = and_or(w4l5, 0x06000600u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r7 & 0x01E001E0u; x = and_or(w4l3, 0x06000600u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l5 & 0x01E001E0u; x = and_or(w4l1, 0x06000600u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l1 & 0x01E001E0u; x = and_or(w4r1, 0x06000600u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r3 & 0x01E001E0u; x = and_or(w4r3, 0x06000600u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r7 & 0x01E001E0u; x = and_or(w4r5, 0x06000600u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l5 & 0x01E001E0u; x = and_or(w5l9, 0x06000600u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l1 & 0x01E001E0u; x = and_or(w5l7, 0x06000600u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r3 & 0x01E001E0u; x = and_or(w5l5, 0x06000600u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r7 & 0x01E001E0u; x = and_or(w5l3, 0x06000600u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l5 & 0x01E001E0u; x = and_or(w5l1, 0x06000600u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l1 & 0x01E001E0u; x = and_or(w5r1, 0x06000600u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r3 & 0x01E001E0u; x = and_or(w5r3, 0x06000600u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r7 & 0x01E001E0u; x = and_or(w5r5, 0x06000600u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 7, 5, 1> {  // e5m1
   // e5m1 -> f16: sign to bit 15, exponent+mantissa to bits [9, 15) (the identity placement)
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e5m1 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l5 = w0 << 5, w0l9 = w0 << 9;
     const uint32_t w1r3 = w1 >> 3, w1l1 = w1 << 1, w1l5 = w1 << 5, w1l9 = w1 << 9;
@@ -3218,13 +3291,14 @@ struct decoder<2, 7, 5, 1> {  // e5m1
     out[15] = and_or(w6, 0x80008000u, and_or(w5r1, 0x60006000u, w3r3 & 0x1E001E00u));
   }
   // e5m1 -> bf16: sign to bit 15, exponent+mantissa to bits [6, 12), times 2^112
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
     x += ((x + 0x00800080u) & 0x10001000u) * 7u;  // inf/NaN
     return fma_bf16x2(x, 0x77807780u, 0x80008000u);  // x * 2^112 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e5m1 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r6 = w0 >> 6, w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l6 = w0 << 6;
     const uint32_t w1r6 = w1 >> 6, w1r2 = w1 >> 2, w1l2 = w1 << 2, w1l6 = w1 << 6;
@@ -3239,48 +3313,49 @@ struct decoder<2, 7, 5, 1> {  // e5m1
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l6 & 0x03C003C0u; x = and_or(w4l10, 0x0C000C00u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l2 & 0x03C003C0u; x = and_or(w4l8, 0x0C000C00u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r2 & 0x03C003C0u; x = and_or(w4l6, 0x0C000C00u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r6 & 0x03C003C0u; x = and_or(w4l4, 0x0C000C00u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l6 & 0x03C003C0u; x = and_or(w4l2, 0x0C000C00u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l2 & 0x03C003C0u; x = and_or(w4, 0x0C000C00u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r2 & 0x03C003C0u; x = and_or(w4r2, 0x0C000C00u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r6 & 0x03C003C0u; x = and_or(w4r4, 0x0C000C00u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l6 & 0x03C003C0u; x = and_or(w5l10, 0x0C000C00u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l2 & 0x03C003C0u; x = and_or(w5l8, 0x0C000C00u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r2 & 0x03C003C0u; x = and_or(w5l6, 0x0C000C00u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r6 & 0x03C003C0u; x = and_or(w5l4, 0x0C000C00u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l6 & 0x03C003C0u; x = and_or(w5l2, 0x0C000C00u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l2 & 0x03C003C0u; x = and_or(w5, 0x0C000C00u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r2 & 0x03C003C0u; x = and_or(w5r2, 0x0C000C00u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r6 & 0x03C003C0u; x = and_or(w5r4, 0x0C000C00u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 7, 6, 0> {  // e6m0
   // e6m0 -> bf16: sign to bit 15, exponent+mantissa to bits [7, 13), times 2^96
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-96: the caller's scale carries 2^96
     return fma_bf16x2(x, 0x6F806F80u, 0x80008000u);  // x * 2^96 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6];
     const uint32_t w0r5 = w0 >> 5, w0r1 = w0 >> 1, w0l3 = w0 << 3, w0l7 = w0 << 7;
@@ -3296,48 +3371,49 @@ struct decoder<2, 7, 6, 0> {  // e6m0
         w6l13 = w6 << 13, w6l14 = w6 << 14, w6l15 = w6 << 15;
     uint32_t x;
     x = w0l7 & 0x07800780u; x = and_or(w4l11, 0x18001800u, x); x = and_or(w6l15, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0l3 & 0x07800780u; x = and_or(w4l9, 0x18001800u, x); x = and_or(w6l14, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w0r1 & 0x07800780u; x = and_or(w4l7, 0x18001800u, x); x = and_or(w6l13, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w0r5 & 0x07800780u; x = and_or(w4l5, 0x18001800u, x); x = and_or(w6l12, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w1l7 & 0x07800780u; x = and_or(w4l3, 0x18001800u, x); x = and_or(w6l11, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w1l3 & 0x07800780u; x = and_or(w4l1, 0x18001800u, x); x = and_or(w6l10, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w1r1 & 0x07800780u; x = and_or(w4r1, 0x18001800u, x); x = and_or(w6l9, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w1r5 & 0x07800780u; x = and_or(w4r3, 0x18001800u, x); x = and_or(w6l8, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w2l7 & 0x07800780u; x = and_or(w5l11, 0x18001800u, x); x = and_or(w6l7, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w2l3 & 0x07800780u; x = and_or(w5l9, 0x18001800u, x); x = and_or(w6l6, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w2r1 & 0x07800780u; x = and_or(w5l7, 0x18001800u, x); x = and_or(w6l5, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w2r5 & 0x07800780u; x = and_or(w5l5, 0x18001800u, x); x = and_or(w6l4, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w3l7 & 0x07800780u; x = and_or(w5l3, 0x18001800u, x); x = and_or(w6l3, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w3l3 & 0x07800780u; x = and_or(w5l1, 0x18001800u, x); x = and_or(w6l2, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w3r1 & 0x07800780u; x = and_or(w5r1, 0x18001800u, x); x = and_or(w6l1, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w3r5 & 0x07800780u; x = and_or(w5r3, 0x18001800u, x); x = and_or(w6, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 8, 1, 6> {  // e1m6
   // e1m6 -> f16: sign to bit 15, exponent+mantissa to bits [4, 11), times 2^15
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-15: the caller's scale carries 2^15
     return fma_f16x2(x, 0x78007800u, 0x80008000u);  // x * 2^15 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4, w0l8 = w0 << 8;
@@ -3350,44 +3426,45 @@ struct decoder<2, 8, 1, 6> {  // e1m6
     const uint32_t w7r4 = w7 >> 4, w7l4 = w7 << 4, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l4 & 0x07F007F0u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0r4 & 0x07F007F0u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w1l4 & 0x07F007F0u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w1r4 & 0x07F007F0u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w2l4 & 0x07F007F0u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w2r4 & 0x07F007F0u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w3l4 & 0x07F007F0u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w3r4 & 0x07F007F0u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w4l4 & 0x07F007F0u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w4r4 & 0x07F007F0u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w5l4 & 0x07F007F0u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w5r4 & 0x07F007F0u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w6l4 & 0x07F007F0u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w6r4 & 0x07F007F0u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w7l4 & 0x07F007F0u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w7r4 & 0x07F007F0u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e1m6 -> bf16: sign to bit 15, exponent+mantissa to bits [1, 8), times 2^127
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-127: the caller's scale carries 2^127
     return fma_bf16x2(x, 0x7F007F00u, 0x80008000u);  // x * 2^127 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r7 = w0 >> 7, w0l1 = w0 << 1, w0l8 = w0 << 8;
@@ -3400,48 +3477,49 @@ struct decoder<2, 8, 1, 6> {  // e1m6
     const uint32_t w7r7 = w7 >> 7, w7l1 = w7 << 1, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l1 & 0x00FE00FEu; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r7 & 0x00FE00FEu; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w1l1 & 0x00FE00FEu; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w1r7 & 0x00FE00FEu; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w2l1 & 0x00FE00FEu; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w2r7 & 0x00FE00FEu; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w3l1 & 0x00FE00FEu; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w3r7 & 0x00FE00FEu; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w4l1 & 0x00FE00FEu; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w4r7 & 0x00FE00FEu; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w5l1 & 0x00FE00FEu; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w5r7 & 0x00FE00FEu; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w6l1 & 0x00FE00FEu; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w6r7 & 0x00FE00FEu; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w7l1 & 0x00FE00FEu; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w7r7 & 0x00FE00FEu; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 8, 2, 5> {  // e2m5
   // e2m5 -> f16: sign to bit 15, exponent+mantissa to bits [5, 12), times 2^14
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-14: the caller's scale carries 2^14
     return fma_f16x2(x, 0x74007400u, 0x80008000u);  // x * 2^14 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r3 = w0 >> 3, w0l5 = w0 << 5, w0l8 = w0 << 8;
@@ -3454,44 +3532,45 @@ struct decoder<2, 8, 2, 5> {  // e2m5
     const uint32_t w7r3 = w7 >> 3, w7l5 = w7 << 5, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l5 & 0x0FE00FE0u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0r3 & 0x0FE00FE0u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w1l5 & 0x0FE00FE0u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w1r3 & 0x0FE00FE0u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w2l5 & 0x0FE00FE0u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w2r3 & 0x0FE00FE0u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w3l5 & 0x0FE00FE0u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w3r3 & 0x0FE00FE0u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w4l5 & 0x0FE00FE0u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w4r3 & 0x0FE00FE0u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w5l5 & 0x0FE00FE0u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w5r3 & 0x0FE00FE0u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w6l5 & 0x0FE00FE0u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w6r3 & 0x0FE00FE0u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w7l5 & 0x0FE00FE0u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w7r3 & 0x0FE00FE0u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e2m5 -> bf16: sign to bit 15, exponent+mantissa to bits [2, 9), times 2^126
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-126: the caller's scale carries 2^126
     return fma_bf16x2(x, 0x7E807E80u, 0x80008000u);  // x * 2^126 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r6 = w0 >> 6, w0l2 = w0 << 2, w0l8 = w0 << 8;
@@ -3504,48 +3583,49 @@ struct decoder<2, 8, 2, 5> {  // e2m5
     const uint32_t w7r6 = w7 >> 6, w7l2 = w7 << 2, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l2 & 0x01FC01FCu; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r6 & 0x01FC01FCu; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w1l2 & 0x01FC01FCu; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w1r6 & 0x01FC01FCu; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w2l2 & 0x01FC01FCu; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w2r6 & 0x01FC01FCu; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w3l2 & 0x01FC01FCu; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w3r6 & 0x01FC01FCu; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w4l2 & 0x01FC01FCu; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w4r6 & 0x01FC01FCu; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w5l2 & 0x01FC01FCu; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w5r6 & 0x01FC01FCu; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w6l2 & 0x01FC01FCu; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w6r6 & 0x01FC01FCu; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w7l2 & 0x01FC01FCu; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w7r6 & 0x01FC01FCu; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 8, 3, 4> {  // e3m4
   // e3m4 -> f16: sign to bit 15, exponent+mantissa to bits [6, 13), times 2^12
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-12: the caller's scale carries 2^12
     return fma_f16x2(x, 0x6C006C00u, 0x80008000u);  // x * 2^12 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r2 = w0 >> 2, w0l6 = w0 << 6, w0l8 = w0 << 8;
@@ -3558,44 +3638,45 @@ struct decoder<2, 8, 3, 4> {  // e3m4
     const uint32_t w7r2 = w7 >> 2, w7l6 = w7 << 6, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l6 & 0x1FC01FC0u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0r2 & 0x1FC01FC0u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w1l6 & 0x1FC01FC0u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w1r2 & 0x1FC01FC0u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w2l6 & 0x1FC01FC0u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w2r2 & 0x1FC01FC0u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w3l6 & 0x1FC01FC0u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w3r2 & 0x1FC01FC0u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w4l6 & 0x1FC01FC0u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w4r2 & 0x1FC01FC0u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w5l6 & 0x1FC01FC0u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w5r2 & 0x1FC01FC0u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w6l6 & 0x1FC01FC0u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w6r2 & 0x1FC01FC0u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w7l6 & 0x1FC01FC0u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w7r2 & 0x1FC01FC0u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
   }
   // e3m4 -> bf16: sign to bit 15, exponent+mantissa to bits [3, 10), times 2^124
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-124: the caller's scale carries 2^124
     return fma_bf16x2(x, 0x7D807D80u, 0x80008000u);  // x * 2^124 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r5 = w0 >> 5, w0l3 = w0 << 3, w0l8 = w0 << 8;
@@ -3608,50 +3689,51 @@ struct decoder<2, 8, 3, 4> {  // e3m4
     const uint32_t w7r5 = w7 >> 5, w7l3 = w7 << 3, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l3 & 0x03F803F8u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r5 & 0x03F803F8u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w1l3 & 0x03F803F8u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w1r5 & 0x03F803F8u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w2l3 & 0x03F803F8u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w2r5 & 0x03F803F8u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w3l3 & 0x03F803F8u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w3r5 & 0x03F803F8u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w4l3 & 0x03F803F8u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w4r5 & 0x03F803F8u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w5l3 & 0x03F803F8u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w5r5 & 0x03F803F8u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w6l3 & 0x03F803F8u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w6r5 & 0x03F803F8u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w7l3 & 0x03F803F8u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w7r5 & 0x03F803F8u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 8, 4, 3> {  // e4m3
   // e4m3 -> f16: sign to bit 15, exponent+mantissa to bits [7, 14), times 2^8
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
     x = and_or(x + 0x00800080u, 0x40004000u, x);  // NaN
     return fma_f16x2(x, 0x5C005C00u, 0x80008000u);  // x * 2^8 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e4m3 has no raw f16 decode");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
     // sm_89+: cvt.rn.f16x2.e4m3x2 of the pair's two bytes (twice the bit trick's throughput)
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
@@ -3683,47 +3765,48 @@ struct decoder<2, 8, 4, 3> {  // e4m3
     const uint32_t w7r1 = w7 >> 1, w7l7 = w7 << 7, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l7 & 0x3F803F80u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_f16(x);
+    out[0] = finish_f16<Raw>(x);
     x = w0r1 & 0x3F803F80u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_f16(x);
+    out[1] = finish_f16<Raw>(x);
     x = w1l7 & 0x3F803F80u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_f16(x);
+    out[2] = finish_f16<Raw>(x);
     x = w1r1 & 0x3F803F80u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_f16(x);
+    out[3] = finish_f16<Raw>(x);
     x = w2l7 & 0x3F803F80u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_f16(x);
+    out[4] = finish_f16<Raw>(x);
     x = w2r1 & 0x3F803F80u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_f16(x);
+    out[5] = finish_f16<Raw>(x);
     x = w3l7 & 0x3F803F80u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_f16(x);
+    out[6] = finish_f16<Raw>(x);
     x = w3r1 & 0x3F803F80u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_f16(x);
+    out[7] = finish_f16<Raw>(x);
     x = w4l7 & 0x3F803F80u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_f16(x);
+    out[8] = finish_f16<Raw>(x);
     x = w4r1 & 0x3F803F80u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_f16(x);
+    out[9] = finish_f16<Raw>(x);
     x = w5l7 & 0x3F803F80u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_f16(x);
+    out[10] = finish_f16<Raw>(x);
     x = w5r1 & 0x3F803F80u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_f16(x);
+    out[11] = finish_f16<Raw>(x);
     x = w6l7 & 0x3F803F80u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_f16(x);
+    out[12] = finish_f16<Raw>(x);
     x = w6r1 & 0x3F803F80u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_f16(x);
+    out[13] = finish_f16<Raw>(x);
     x = w7l7 & 0x3F803F80u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_f16(x);
+    out[14] = finish_f16<Raw>(x);
     x = w7r1 & 0x3F803F80u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_f16(x);
+    out[15] = finish_f16<Raw>(x);
 #endif
   }
   // e4m3 -> bf16: sign to bit 15, exponent+mantissa to bits [4, 11), times 2^120
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
     x += ((x + 0x00100010u) & 0x08000800u) * 15u;  // NaN
     return fma_bf16x2(x, 0x7B807B80u, 0x80008000u);  // x * 2^120 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e4m3 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4, w0l8 = w0 << 8;
     const uint32_t w1r4 = w1 >> 4, w1l4 = w1 << 4, w1l8 = w1 << 8;
@@ -3735,45 +3818,46 @@ struct decoder<2, 8, 4, 3> {  // e4m3
     const uint32_t w7r4 = w7 >> 4, w7l4 = w7 << 4, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l4 & 0x07F007F0u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r4 & 0x07F007F0u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w1l4 & 0x07F007F0u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w1r4 & 0x07F007F0u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w2l4 & 0x07F007F0u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w2r4 & 0x07F007F0u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w3l4 & 0x07F007F0u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w3r4 & 0x07F007F0u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w4l4 & 0x07F007F0u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w4r4 & 0x07F007F0u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w5l4 & 0x07F007F0u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w5r4 & 0x07F007F0u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w6l4 & 0x07F007F0u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w6r4 & 0x07F007F0u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w7l4 & 0x07F007F0u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w7r4 & 0x07F007F0u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 8, 5, 2> {  // e5m2
   // e5m2 -> f16: sign to bit 15, exponent+mantissa to bits [8, 15) (the identity placement)
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e5m2 has no raw f16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     out[0] = prmt(w0, 0x00000000u, 0x2604);
     out[1] = w0 & 0xFF00FF00u;
@@ -3793,13 +3877,14 @@ struct decoder<2, 8, 5, 2> {  // e5m2
     out[15] = w7 & 0xFF00FF00u;
   }
   // e5m2 -> bf16: sign to bit 15, exponent+mantissa to bits [5, 12), times 2^112
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
     x += ((x + 0x00800080u) & 0x10001000u) * 7u;  // inf/NaN
     return fma_bf16x2(x, 0x77807780u, 0x80008000u);  // x * 2^112 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
+    static_assert(!Raw, "tilex: e5m2 has no raw bf16 decode");
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r3 = w0 >> 3, w0l5 = w0 << 5, w0l8 = w0 << 8;
     const uint32_t w1r3 = w1 >> 3, w1l5 = w1 << 5, w1l8 = w1 << 8;
@@ -3811,48 +3896,49 @@ struct decoder<2, 8, 5, 2> {  // e5m2
     const uint32_t w7r3 = w7 >> 3, w7l5 = w7 << 5, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l5 & 0x0FE00FE0u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r3 & 0x0FE00FE0u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w1l5 & 0x0FE00FE0u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w1r3 & 0x0FE00FE0u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w2l5 & 0x0FE00FE0u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w2r3 & 0x0FE00FE0u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w3l5 & 0x0FE00FE0u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w3r3 & 0x0FE00FE0u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w4l5 & 0x0FE00FE0u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w4r3 & 0x0FE00FE0u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w5l5 & 0x0FE00FE0u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w5r3 & 0x0FE00FE0u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w6l5 & 0x0FE00FE0u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w6r3 & 0x0FE00FE0u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w7l5 & 0x0FE00FE0u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w7r3 & 0x0FE00FE0u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 8, 6, 1> {  // e6m1
   // e6m1 -> bf16: sign to bit 15, exponent+mantissa to bits [6, 13), times 2^96
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-96: the caller's scale carries 2^96
     return fma_bf16x2(x, 0x6F806F80u, 0x80008000u);  // x * 2^96 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r2 = w0 >> 2, w0l6 = w0 << 6, w0l8 = w0 << 8;
@@ -3865,48 +3951,49 @@ struct decoder<2, 8, 6, 1> {  // e6m1
     const uint32_t w7r2 = w7 >> 2, w7l6 = w7 << 6, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l6 & 0x1FC01FC0u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r2 & 0x1FC01FC0u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w1l6 & 0x1FC01FC0u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w1r2 & 0x1FC01FC0u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w2l6 & 0x1FC01FC0u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w2r2 & 0x1FC01FC0u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w3l6 & 0x1FC01FC0u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w3r2 & 0x1FC01FC0u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w4l6 & 0x1FC01FC0u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w4r2 & 0x1FC01FC0u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w5l6 & 0x1FC01FC0u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w5r2 & 0x1FC01FC0u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w6l6 & 0x1FC01FC0u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w6r2 & 0x1FC01FC0u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w7l6 & 0x1FC01FC0u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w7r2 & 0x1FC01FC0u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 template <>
 struct decoder<2, 8, 7, 0> {  // e7m0
   // e7m0 -> bf16: sign to bit 15, exponent+mantissa to bits [7, 14), times 2^64
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_bf16(uint32_t x) {
+    if constexpr (Raw) return x;  // value * 2^-64: the caller's scale carries 2^64
     return fma_bf16x2(x, 0x5F805F80u, 0x80008000u);  // x * 2^64 + -0 (keeps -0)
   }
-  template <int = 0>
+  template <bool Raw = false>
   static __device__ __forceinline__ void bf16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6], w7 = w[7];
     const uint32_t w0r1 = w0 >> 1, w0l7 = w0 << 7, w0l8 = w0 << 8;
@@ -3919,62 +4006,62 @@ struct decoder<2, 8, 7, 0> {  // e7m0
     const uint32_t w7r1 = w7 >> 1, w7l7 = w7 << 7, w7l8 = w7 << 8;
     uint32_t x;
     x = w0l7 & 0x3F803F80u; x = and_or(w0l8, 0x80008000u, x);
-    out[0] = finish_bf16(x);
+    out[0] = finish_bf16<Raw>(x);
     x = w0r1 & 0x3F803F80u; x = and_or(w0, 0x80008000u, x);
-    out[1] = finish_bf16(x);
+    out[1] = finish_bf16<Raw>(x);
     x = w1l7 & 0x3F803F80u; x = and_or(w1l8, 0x80008000u, x);
-    out[2] = finish_bf16(x);
+    out[2] = finish_bf16<Raw>(x);
     x = w1r1 & 0x3F803F80u; x = and_or(w1, 0x80008000u, x);
-    out[3] = finish_bf16(x);
+    out[3] = finish_bf16<Raw>(x);
     x = w2l7 & 0x3F803F80u; x = and_or(w2l8, 0x80008000u, x);
-    out[4] = finish_bf16(x);
+    out[4] = finish_bf16<Raw>(x);
     x = w2r1 & 0x3F803F80u; x = and_or(w2, 0x80008000u, x);
-    out[5] = finish_bf16(x);
+    out[5] = finish_bf16<Raw>(x);
     x = w3l7 & 0x3F803F80u; x = and_or(w3l8, 0x80008000u, x);
-    out[6] = finish_bf16(x);
+    out[6] = finish_bf16<Raw>(x);
     x = w3r1 & 0x3F803F80u; x = and_or(w3, 0x80008000u, x);
-    out[7] = finish_bf16(x);
+    out[7] = finish_bf16<Raw>(x);
     x = w4l7 & 0x3F803F80u; x = and_or(w4l8, 0x80008000u, x);
-    out[8] = finish_bf16(x);
+    out[8] = finish_bf16<Raw>(x);
     x = w4r1 & 0x3F803F80u; x = and_or(w4, 0x80008000u, x);
-    out[9] = finish_bf16(x);
+    out[9] = finish_bf16<Raw>(x);
     x = w5l7 & 0x3F803F80u; x = and_or(w5l8, 0x80008000u, x);
-    out[10] = finish_bf16(x);
+    out[10] = finish_bf16<Raw>(x);
     x = w5r1 & 0x3F803F80u; x = and_or(w5, 0x80008000u, x);
-    out[11] = finish_bf16(x);
+    out[11] = finish_bf16<Raw>(x);
     x = w6l7 & 0x3F803F80u; x = and_or(w6l8, 0x80008000u, x);
-    out[12] = finish_bf16(x);
+    out[12] = finish_bf16<Raw>(x);
     x = w6r1 & 0x3F803F80u; x = and_or(w6, 0x80008000u, x);
-    out[13] = finish_bf16(x);
+    out[13] = finish_bf16<Raw>(x);
     x = w7l7 & 0x3F803F80u; x = and_or(w7l8, 0x80008000u, x);
-    out[14] = finish_bf16(x);
+    out[14] = finish_bf16<Raw>(x);
     x = w7r1 & 0x3F803F80u; x = and_or(w7, 0x80008000u, x);
-    out[15] = finish_bf16(x);
+    out[15] = finish_bf16<Raw>(x);
   }
 };
 
 }  // namespace lowbit_detail
 
 // The 32 codes of `chunk` (Bits 32-bit words) as 16 fp16 pairs (32-bit words): out[j] = {c[2j], c[2j+1]}.
-template <int Kind, int Bits, int Exp, int Man>
+template <int Kind, int Bits, int Exp, int Man, bool Raw = false>
 __device__ __forceinline__ void decode_chunk_f16(const void* chunk, void* out) {
   static_assert(lowbit_detail::valid_type<Kind, Bits, Exp, Man>, "tilex::decode_chunk_f16: no such low-bit type");
   static_assert(Kind != 2 || Exp <= 5, "tilex::decode_chunk_f16: fp16 holds floats of at most 5 exponent bits");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   static_assert(arch_unsupported<Kind, Bits>::value, "tilex::decode_chunk_f16 needs sm_80");
 #endif
-  lowbit_detail::decoder<Kind, Bits, Kind == 2 ? Exp : 0, Kind == 2 ? Man : 0>::f16(
+  lowbit_detail::decoder<Kind, Bits, Kind == 2 ? Exp : 0, Kind == 2 ? Man : 0>::template f16<Raw>(
       static_cast<const uint32_t*>(chunk), static_cast<uint32_t*>(out));
 }
 
 // The 32 codes of `chunk` (Bits 32-bit words) as 16 bf16 pairs (32-bit words): out[j] = {c[2j], c[2j+1]}.
-template <int Kind, int Bits, int Exp, int Man>
+template <int Kind, int Bits, int Exp, int Man, bool Raw = false>
 __device__ __forceinline__ void decode_chunk_bf16(const void* chunk, void* out) {
   static_assert(lowbit_detail::valid_type<Kind, Bits, Exp, Man>, "tilex::decode_chunk_bf16: no such low-bit type");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   static_assert(arch_unsupported<Kind, Bits>::value, "tilex::decode_chunk_bf16 needs sm_80");
 #endif
-  lowbit_detail::decoder<Kind, Bits, Kind == 2 ? Exp : 0, Kind == 2 ? Man : 0>::bf16(
+  lowbit_detail::decoder<Kind, Bits, Kind == 2 ? Exp : 0, Kind == 2 ? Man : 0>::template bf16<Raw>(
       static_cast<const uint32_t*>(chunk), static_cast<uint32_t*>(out));
 }
 

@@ -19,9 +19,9 @@ def _id(case):
     return f"{ty}-{out}"
 
 
-def decode_program(kind, bits, e, m, out_dtype, n):
+def decode_program(kind, bits, e, m, out_dtype, n, raw=False):
     """n threads, one chunk each: W (n*bits words) decoded into O (n*16 registers); R[i] = oracle(C[i])."""
-    decode = intrin.name_of(intrin.decode_chunk(out_dtype, kind, bits, e, m, 0, 0))
+    decode = intrin.name_of(intrin.decode_chunk(out_dtype, kind, bits, e, m, 0, 0, raw=raw))
     oracle = intrin.name_of(intrin.decode_one(kind, bits, e, m, 0))
 
     @T.prim_func
@@ -59,12 +59,17 @@ def reference(torch, kind, bits, e, m, codes):
     bias = (1 << (e - 1)) - 1
     sign, ef, mf = (c >> (bits - 1)) & 1, (c >> m) & ((1 << e) - 1), c & ((1 << m) - 1)
     mag = torch.where(ef == 0, mf.double() * 2.0 ** (1 - bias - m),
-                      (mf + (1 << m)).double() * 2.0 ** (ef - bias - m).double())
+                      (mf + (1 << m)).double() * _pow2(torch, ef - bias - m))
     if e == 5:  # IEEE style: the all-ones exponent is inf (mantissa 0) or NaN
         mag = torch.where(ef == 31, torch.where(mf == 0, float("inf"), float("nan")), mag)
     if (e, m) == (4, 3):  # float8_e4m3fn: S.1111.111 is NaN, nothing is inf
         mag = torch.where((ef == 15) & (mf == 7), float("nan"), mag)
     return torch.where(sign == 1, -mag, mag)
+
+
+def _pow2(torch, n):
+    """2.0 ** n for an int64 tensor n, exactly (from the float64 bits: CUDA's pow is not exact for every n)."""
+    return ((n + 1023) << 52).view(torch.float64)
 
 
 def assert_same(torch, got, want, what):
@@ -96,3 +101,33 @@ def test_every_code_decodes_exactly(case):
     # register j of a chunk holds code 2j in its low half: little-endian, so the 16-bit view is in code order
     assert_same(torch, O.view(torch.int16).view(tdt), want, f"{_id(case)} decode_chunk")
     assert_same(torch, R.to(tdt), want, f"{_id(case)} decode_one_f32")
+
+
+RAW_CASES = [c for c in CASES if lowbit_chunk.raw_scale_exponent(c[0][0], c[0][2], c[0][3], c[1]) is not None]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", RAW_CASES, ids=_id)
+def test_raw_decode_is_the_value_over_a_power_of_two(case):
+    """decode_chunk(raw=True) gives value * 2^-k exactly (k = raw_scale_exponent), for every code and position."""
+    torch = pytest.importorskip("torch")
+    (kind, bits, e, m), out_dtype = case
+    k = lowbit_chunk.raw_scale_exponent(kind, e, m, out_dtype)
+    tdt = getattr(torch, out_dtype)
+    chunks = chunks_of(bits)
+    n = len(chunks)
+    words = [w for codes in chunks for w in lowbit_chunk.pack_chunk(codes, bits)]
+    W = torch.tensor([w - (1 << 32) if w >> 31 else w for w in words], dtype=torch.int32, device="cuda")
+    C = torch.tensor([c for codes in chunks for c in codes], dtype=torch.int32, device="cuda")
+    O = torch.zeros(n * 16, dtype=torch.int32, device="cuda")
+    R = torch.zeros(n * 32, dtype=torch.float32, device="cuda")
+    tilex.compile(decode_program(kind, bits, e, m, out_dtype, n, raw=True))(W, C, O, R)
+    torch.cuda.synchronize()
+    got = O.view(torch.int16).view(tdt).double() * 2.0 ** k
+    want = reference(torch, kind, bits, e, m, C)
+    bad = (got != want) | (torch.signbit(got) != torch.signbit(want))
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        raise AssertionError(f"{_id(case)}: {int(bad.sum())} codes differ, first code {int(C[i])} at {i}: got "
+                             f"{float(got[i])!r} (raw 0x{int(O.view(torch.int16)[i]) & 0xFFFF:04X}), want "
+                             f"{float(want[i])!r}")

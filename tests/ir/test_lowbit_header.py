@@ -79,7 +79,25 @@ def test_special_values_of_the_model():
     assert gen.BF16.from_value(e5m2.value(0xFC)) == 0xFF80
 
 
-def _kernels(cases, oracle=True):
+def _raw_k(case):
+    t, target = case
+    return gen.raw_exponent(t, target)
+
+
+RAW_CASES = [c for c in CASES if _raw_k(c) is not None]
+
+
+def test_raw_decodes_are_the_float_types_with_a_scaling_fma():
+    """A raw decode exists where the full one ends in nothing but x * 2^k (the generator checks the k): every float
+    of at most 4 exponent bits but e4m3 in both targets, and e5 types in neither (fp16: k = 0; bf16: inf / NaN)."""
+    names = {_id(c): _raw_k(c) for c in RAW_CASES}
+    assert names["e2m1-f16"] == 14 and names["e2m1-bf16"] == 126 and names["e3m2-f16"] == 12
+    assert "e4m3-f16" not in names and "e4m3-bf16" not in names and "e5m2-f16" not in names
+    assert "e5m0-bf16" not in names and "e6m1-bf16" in names and "int4-f16" not in names
+    assert len(RAW_CASES) == 2 * (27 - 6 - 1) + 3  # floats with E <= 4 but e4m3, in both; E = 6, 7 in bf16
+
+
+def _kernels(cases, oracle=True, raw=False):
     """One kernel k_<type>_<target> per case: a chunk from global memory, decoded, stored (and the oracle once)."""
     src = ['#include "tilex/common.h"']
     for t, target in cases:
@@ -88,7 +106,7 @@ def _kernels(cases, oracle=True):
         src.append(f"""extern "C" __global__ void k_{t.name}_{target.name}(const uint32_t* in, uint32_t* o) {{
   uint32_t c[{t.bits}], r[16];
   for (int k = 0; k < {t.bits}; ++k) c[k] = in[threadIdx.x * {t.bits} + k];
-  tilex::decode_chunk_{target.name}<{t.kind}, {t.bits}, {t.exp}, {t.man}>(c, r);
+  tilex::decode_chunk_{target.name}<{t.kind}, {t.bits}, {t.exp}, {t.man}{", true" if raw else ""}>(c, r);
   for (int k = 0; k < 16; ++k) o[threadIdx.x * 16 + k] = r[k];
   {one}
 }}""")
@@ -100,6 +118,14 @@ def _kernels(cases, oracle=True):
 def test_every_decoder_compiles(arch):
     cubin = nvcc.compile_cuda(_kernels(CASES), arch)
     assert cubin[:4] == b"\x7fELF"
+
+
+@needs_nvcc
+def test_raw_decoders_compile_and_others_refuse():
+    cubin = nvcc.compile_cuda(_kernels(RAW_CASES, oracle=False, raw=True), "sm_90a")
+    assert cubin[:4] == b"\x7fELF"
+    with pytest.raises(nvcc.TilexCompileError, match="has no raw f16 decode"):
+        nvcc.compile_cuda(_kernels([_find("int4-f16")], oracle=False, raw=True), "sm_90a")
 
 
 def _entries(ptx: str) -> dict:
@@ -151,6 +177,11 @@ def test_builders():
         intrin.decode_chunk("float16", "posit", 8, 0, 0, 0, 0)
     with pytest.raises(ValueError, match="float16 or bfloat16"):
         intrin.decode_chunk("float32", "uint", 4, 0, 0, 0, 0)
+    s = intrin.decode_chunk("float16", "float", 4, 2, 1, 0, 0, raw=True)
+    assert intrin.name_of(s) == "tilex::decode_chunk_f16<2, 4, 2, 1, true>"
+    for args in (("float16", "int", 4, 0, 0), ("bfloat16", "float", 8, 4, 3), ("float16", "float", 8, 5, 2)):
+        with pytest.raises(ValueError, match="no raw"):
+            intrin.decode_chunk(*args, 0, 0, raw=True)
 
 
 # The printed decoders run on the host: lowbit.h's C++ (the sm_80 path) with its PTX helpers written in plain C++

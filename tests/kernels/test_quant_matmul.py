@@ -170,5 +170,41 @@ def test_prefill_block_fits_the_packing(tiles, want):
     pw = ops.pack_weight(qw, tiles=QuantTiles(bn=bn, bk=bk, threads=threads, num_stages=stages))
     got = _block_tiles(4096, pw, 1)
     assert (got.bm, got.num_stages) == want
-    kernel = _kernel(4096, pw)
+    kernel, _ = _kernel(4096, pw)
     assert not any(f.wgmma_serialized or f.spill_stores for f in kernel.resources.functions.values())
+
+
+def test_float_scales_are_prescaled_where_they_can_carry_the_power_of_two():
+    """pack_weight multiplies float types' scales by 2^k (exact) so the kernel decodes raw; not for integers,
+    per-channel scales, zeros that stay zeros, or scales that would overflow."""
+    w = torch.randn(256, 512)
+    pw = ops.pack_weight(quant.quantize(w, "float4_e2m1", group_size=64))
+    qw = quant.quantize(w, "float4_e2m1", group_size=64)
+    assert pw.prescaled and torch.equal(pw.scales.float(), qw.scales.T.half().float() * 2.0 ** 14)
+    assert ops.pack_weight(quant.quantize(w, "float4_e2m1", group_size=64, zero_point=True)).prescaled  # offsets
+    assert not ops.pack_weight(quant.quantize(w, "float6_e3m2", group_size=64, zero_point=True)).prescaled
+    assert not ops.pack_weight(quant.quantize(w, "float4_e2m1", group_size=None)).prescaled
+    assert not ops.pack_weight(quant.quantize(w, "int4", group_size=64)).prescaled
+    assert not ops.pack_weight(quant.quantize(w, "float8_e4m3", group_size=64)).prescaled
+    assert not ops.pack_weight(quant.quantize(w * 1000, "float4_e2m1", group_size=64)).prescaled
+    assert ops.pack_weight(quant.quantize(w * 1000, "float4_e2m1", group_size=64), act="bfloat16").prescaled is False
+    assert ops.pack_weight(quant.quantize(w, "float4_e2m1", group_size=64), act="bfloat16").prescaled
+
+
+def test_auto_split_k_fills_the_multiprocessors(monkeypatch):
+    """Split K only when the output tiles leave multiprocessors idle: enough splits to fill them, at most 4,
+    at least two k tiles each."""
+    from tilex.ops import quant as q
+
+    monkeypatch.setitem(q._SMS, "dev", 132)
+    pw = ops.pack_weight(quant.quantize(torch.randn(8192, 256), "int4", group_size=128))  # 128 tiles, 1 k tile
+    assert ops.auto_split_k(1, pw, "dev") == 1
+    pw.shape = (8192, 8192)  # 32 k tiles
+    assert ops.auto_split_k(1, pw, "dev") == 2 and ops.auto_split_k(16, pw, "dev") == 2
+    pw.shape = (4096, 8192)
+    assert ops.auto_split_k(16, pw, "dev") == 3
+    pw.shape = (1024, 8192)
+    assert ops.auto_split_k(16, pw, "dev") == 4
+    pw.shape = (57344, 8192)
+    assert ops.auto_split_k(16, pw, "dev") == 1
+    assert ops.auto_split_k(4096, pw, "dev") == 1

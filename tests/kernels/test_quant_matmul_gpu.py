@@ -8,11 +8,14 @@ from tilex import dtypes, ops, quant  # noqa: E402
 from tilex.kernels.quant_matmul import QuantTiles  # noqa: E402
 
 
-def _check(M, N, K, wt, g=128, zp=False, act="float16", tiles=None):
+def _check(M, N, K, wt, g=128, zp=False, act="float16", tiles=None, magnitude=1.0):
     tdt = getattr(torch, act)
-    w = torch.randn(N, K, device="cuda") / K ** 0.5
+    w = torch.randn(N, K, device="cuda") * magnitude / K ** 0.5
     qw = quant.quantize(w, wt, group_size=g, zero_point=zp)
     pw = ops.pack_weight(qw, act=act, tiles=tiles)
+    if pw.prescaled:  # scales carry the raw decode's power of two, exactly
+        e = quant.raw_scale_exponent(wt, act)
+        assert torch.equal(pw.scales.float(), qw.scales.T.to(tdt).float() * 2.0 ** e)
     x = torch.randn(M, K, device="cuda", dtype=tdt)
     y = ops.quant_matmul(x, pw)
     assert y.shape == (M, N) and y.dtype == tdt
@@ -21,6 +24,7 @@ def _check(M, N, K, wt, g=128, zp=False, act="float16", tiles=None):
     scale = ref.abs().max().clamp(min=1e-3)
     err = ((y.float() - ref).abs().max() / scale).item()
     assert err < (2e-2 if act == "bfloat16" else 4e-3), f"{wt} M={M} g={g} zp={zp} {act}: max rel error {err:.2e}"
+    return pw
 
 
 def _types_for(act):
@@ -37,6 +41,18 @@ def test_every_type_float16(wt):
 @pytest.mark.parametrize("wt", _types_for("bfloat16"), ids=str)
 def test_every_type_bfloat16(wt):
     _check(16, 256, 512, wt, act="bfloat16", zp=wt.kind == "uint")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+@pytest.mark.parametrize("wt", ["float4_e2m1", "float6_e3m2", "float3_e1m1"])
+def test_prescaled_floats_with_zero_points_and_overflowing_scales(wt, act):
+    """Float codes decoded raw against prescaled scales (pack_weight's choice), with offsets or zero points, and
+    weights whose scales times 2^k overflow (packed unscaled)."""
+    _check(16, 256, 512, wt, act=act, zp=True)
+    assert _check(16, 256, 512, wt, act=act).prescaled
+    # weights of ~100: every scale * 2^k overflows, so the decoder keeps its own multiply
+    assert not _check(16, 256, 512, wt, act=act, magnitude=3000.0).prescaled
 
 
 @pytest.mark.gpu
@@ -140,9 +156,10 @@ def test_split_k(split_k, g):
     pw = ops.pack_weight(qw)
     x = torch.randn(9, K, device="cuda", dtype=torch.float16)
     ref = x.float() @ quant.dequantize(qw, torch.float16).float().T
-    y = ops.quant_matmul(x, pw, split_k=split_k)
-    assert y.dtype == torch.float16
-    torch.testing.assert_close(y.float(), ref, atol=4e-3 * ref.abs().max().item(), rtol=0)
+    for reduce in ("last_block", "atomic", "last_block"):  # the last-block workspace is left at zero for reuse
+        y = ops.quant_matmul(x, pw, split_k=split_k, split_reduce=reduce)
+        assert y.dtype == torch.float16
+        torch.testing.assert_close(y.float(), ref, atol=4e-3 * ref.abs().max().item(), rtol=0)
 
 
 @pytest.mark.gpu

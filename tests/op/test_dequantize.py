@@ -115,6 +115,51 @@ def _offset_program(scale=True, zero=False):
     return main
 
 
+@pytest.mark.parametrize("act", ["float16", "bfloat16"])
+def test_prescaled_float_scales_skip_the_decoders_power_of_two(act):
+    """With prescaled scales an e2m1 decode is the raw one (no x * 2^k fma), with an offset as well."""
+    for zp in (False, True):
+        k = tilex.compile(quant_matmul(5, 256, 512, "float4_e2m1", 64, QuantTiles(num_stages=3), act=act,
+                                       zero_point=zp, offset=zp, prescaled=True), out_idx=-1, target="sm_90a")
+        src = k.get_kernel_source()
+        assert f"decode_chunk_{'f16' if act == 'float16' else 'bf16'}<2, 4, 2, 1, true>" in src
+
+
+def test_prescaled_needs_a_float_type_a_scale_and_no_zero():
+    with pytest.raises(tilex.TileOpError, match="uint4 has none"):
+        tilex.compile(_prescaled_program(T.uint4), target="sm_90a")
+    with pytest.raises(tilex.TileOpError, match="float8_e4m3 has none|e4m3.* has none"):
+        tilex.compile(_prescaled_program("float8_e4m3"), target="sm_90a")
+    with pytest.raises(tilex.TileOpError, match="need a scale and no zero"):
+        tilex.compile(_prescaled_program("float4_e2m1", zero=True), target="sm_90a")
+    with pytest.raises(ValueError, match="prescaled is True or False"):
+        T.dequantize(None, None, "float4_e2m1", prescaled="yes")
+    with pytest.raises(ValueError, match="prescaled scales need groups shorter than K and no zeros"):
+        quant_matmul(5, 256, 512, "float4_e2m1", 512, prescaled=True)
+    with pytest.raises(ValueError, match="prescaled scales need groups shorter than K and no zeros"):
+        quant_matmul(5, 256, 512, "float4_e2m1", 64, zero_point=True, prescaled=True)
+
+
+def _prescaled_program(dtype, zero=False):
+    @T.prim_func
+    def main(P: T.Tensor((4096,), "int32"), S: T.Tensor((1, 128), "float16"), X: T.Tensor((16, 128), "float16"),
+             Y: T.Tensor((128, 16), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            P_s = T.alloc_shared((4096,), "int32")
+            S_s = T.alloc_shared((1, 128), "float16")
+            X_s = T.alloc_shared((16, 128), "float16")
+            W = T.alloc_fragment((128, 128), "float16")
+            C = T.alloc_fragment((128, 16), "float32")
+            T.copy(P, P_s)
+            T.copy(S, S_s)
+            T.copy(X, X_s)
+            T.dequantize(P_s, W, dtype, scale=S_s, zero=S_s if zero else None, group_size=128, prescaled=True)
+            T.gemm(W, X_s, C, transpose_B=True, clear_accum=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(C, Y)
+
+    return main
+
+
 def test_quant_matmul_prefill_tiles_use_wgmma():
     k = tilex.compile(quant_matmul(512, 256, 512, "int4", 128, QuantTiles(bn=128, bm=128, bk=64, threads=256,
                                                                           num_stages=3)), out_idx=-1,

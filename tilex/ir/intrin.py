@@ -15,6 +15,7 @@ import tvm
 from tvm import tirx
 from tvm.tirx import op as tirx_op
 
+from tilex.ir.lowbit_chunk import raw_scale_exponent
 from tilex.ir.visit import walk
 
 # ---- copy_async.h: cp.async (sm80+) ---------------------------------------------------------------------------
@@ -477,17 +478,24 @@ def _lowbit_targs(kind, bits, exponent, mantissa):
     return k, bits, 0, 0
 
 
-def decode_chunk(out_dtype, kind, bits, exponent, mantissa, chunk_ptr, out_ptr):
+def decode_chunk(out_dtype, kind, bits, exponent, mantissa, chunk_ptr, out_ptr, raw=False):
     """Decode one packed chunk: the 32 `bits`-bit codes in the `bits` uint32 words at `chunk_ptr` (the layout of
     :mod:`tilex.ir.lowbit_chunk`) into 16 uint32 registers at `out_ptr`, register j = (code 2j, code 2j+1) as a
     `out_dtype` pair ("float16" or "bfloat16"). `kind` is "uint", "int" or "float" (or 0, 1, 2); `exponent` and
-    `mantissa` are the float's field widths (ignored for integers)."""
+    `mantissa` are the float's field widths (ignored for integers). `raw` decodes a float to value * 2^-k
+    (`lowbit_chunk.raw_scale_exponent`), one fma per pair fewer."""
     name = _DECODE_CHUNK.get(str(out_dtype))
     if name is None:
         raise ValueError(f"decode_chunk: decodes to float16 or bfloat16, not {out_dtype}")
     targs = _lowbit_targs(kind, bits, exponent, mantissa)
     if name == DECODE_CHUNK_F16 and targs[0] == 2 and targs[2] > 5:
         raise ValueError(f"decode_chunk: float16 cannot hold e{targs[2]}m{targs[3]} (more than 5 exponent bits)")
+    if raw:
+        kind_name = {v: k for k, v in LOWBIT_KINDS.items()}[targs[0]]
+        if raw_scale_exponent(kind_name, targs[2], targs[3], str(out_dtype)) is None:
+            raise ValueError(f"decode_chunk: no raw {out_dtype} decode of {kind_name} e{targs[2]}m{targs[3]} "
+                             f"({bits} bits)")
+        targs = (*targs, "true")
     return _stmt(_templated(name, *targs), chunk_ptr, out_ptr)
 
 

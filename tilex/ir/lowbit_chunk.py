@@ -17,7 +17,7 @@ this layout exactly; this module is its reference.
 """
 from __future__ import annotations
 
-__all__ = ["PLANES", "CODES", "PAIRS", "plane_offsets", "pack_chunk", "unpack_chunk"]
+__all__ = ["PLANES", "CODES", "PAIRS", "plane_offsets", "pack_chunk", "unpack_chunk", "raw_scale_exponent"]
 
 #: codes per chunk, and 16-bit pairs (decoded registers) per chunk
 CODES = 32
@@ -79,3 +79,23 @@ def unpack_chunk(words: list[int], bits: int) -> list[int]:
 def _check_bits(bits):
     if bits not in PLANES:
         raise ValueError(f"chunks hold 1..8-bit codes, got bits={bits!r}")
+
+
+#: exponent bias of the decoders' targets
+_TARGET_BIAS = {"float16": 15, "bfloat16": 127}
+
+
+def raw_scale_exponent(kind: str, exponent: int, mantissa: int, act: str):
+    """k where a float type's *raw* decode into `act` gives value * 2^-k, or None where there is no raw decode.
+
+    The decoders place a float's exponent and mantissa fields straight into the target's, which reads them with
+    the target's bias: the value times 2^-(target bias - type bias). The full decode multiplies by 2^k (an exact
+    fma); the raw one leaves that to a scale that already carries 2^k, saving one fma per pair. Not offered for
+    integers, for float8_e4m3fn (its NaN and sm_89 conversion), for 5-exponent-bit types in bfloat16 (inf / NaN
+    fix-ups) or where k is 0."""
+    if kind != "float" or act not in _TARGET_BIAS or (exponent, mantissa) == (4, 3):
+        return None
+    if exponent == 5 and act == "bfloat16":
+        return None
+    k = _TARGET_BIAS[act] - ((1 << (exponent - 1)) - 1)
+    return k if k > 0 else None

@@ -45,12 +45,13 @@ def weight_fragment(tiles: QuantTiles, target, act="float16"):
 
 
 def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), act="float16", zero_point=False,
-                 split_k=1, offset=False, split_reduce="atomic"):
+                 split_k=1, offset=False, split_reduce="atomic", prescaled=False):
     """The tile program: X (M, K) act, Wp (packed, see the module doc), S / Z (K // g, N) act -> Y (M, N) act.
     With `split_k` > 1 the k tiles are shared out among `split_k` blocks per output tile (grid z), which add their
     partial sums into a float32 Y that must hold zeros on entry (for grids much smaller than the GPU). With
     `offset` (and `zero_point`, groups shorter than K) Z holds -(zero * scale) instead of the zeros: the weight is
-    code * scale + Z, one fma per decoded pair.
+    code * scale + Z, one fma per decoded pair. With `prescaled` (float types, groups shorter than K, no zeros or
+    `offset`) S holds scale * 2^k (`tilex.quant.raw_scale_exponent`): the codes decode raw, one fma per pair fewer.
 
     `split_reduce` = "last_block" (split_k > 1) takes a float32 workspace Ws (M, N) and counters Cnt
     (ceil(M / bm), N tiles) that hold zeros on entry, and gives Y in the activation dtype: every split adds into
@@ -73,6 +74,8 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
         raise ValueError(f"quant_matmul: split_k must be >= 1, got {split_k}")
     if split_reduce not in ("atomic", "last_block"):
         raise ValueError(f"quant_matmul: split_reduce is 'atomic' or 'last_block', got {split_reduce!r}")
+    if prescaled and (per_channel or (zero_point and not offset)):
+        raise ValueError("quant_matmul: prescaled scales need groups shorter than K and no zeros (or an offset)")
     k_per = -(-k_tiles // split_k)  # k tiles per split (tiles past the end read as zeros)
     out_dtype = "float32" if split_k > 1 else act
 
@@ -101,11 +104,11 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
                 if zero_point:
                     T.copy(Z[((bz * k_per + kk) * bk) // g, bx * bn], Z_s)
                     if offset:
-                        T.dequantize(W_s, W_f, wt, scale=S_s, offset=Z_s, group_size=g)
+                        T.dequantize(W_s, W_f, wt, scale=S_s, offset=Z_s, group_size=g, prescaled=prescaled)
                     else:
                         T.dequantize(W_s, W_f, wt, scale=S_s, zero=Z_s, group_size=g)
                 else:
-                    T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g)
+                    T.dequantize(W_s, W_f, wt, scale=S_s, group_size=g, prescaled=prescaled)
             T.gemm(W_f, X_s, C_f, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
         if per_channel:
             for i, j in T.Parallel(bn, bm):

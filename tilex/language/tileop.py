@@ -95,7 +95,7 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
     return gemm_call(A, B, C, transpose_A, transpose_B, policy, clear_accum)
 
 
-def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0, offset=None):
+def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0, offset=None, prescaled=False):
     """Decode packed low-bit codes into the float16/bfloat16 fragment `out`:
     ``out[i, j] = (value(code[i, j]) - zero) * scale``, with per-group scale and zero, or
     ``value(code[i, j]) * scale + offset`` with a per-group `offset` instead of a zero (one fma per pair; an
@@ -105,6 +105,9 @@ def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0, offset=N
     name); `packed` holds 32-bit words in the order `tilex.op.dequantize.packed_order` gives for `out`'s layout
     (which a consumer such as T.gemm chooses); `scale` / `zero` are (groups of the tile, rows of out) tiles:
     ``scale[j // group_size, i]`` (the layout of (K // g, N) scale tensors).
+
+    `prescaled=True` (float types): `scale` holds scale * 2^k, k = ``tilex.quant.raw_scale_exponent(dtype, out's
+    dtype)``; the codes are then decoded without their own power-of-two multiply (one fma per pair fewer).
     """
     api = "T.dequantize"
     # TVMScript's dtype constructors (T.int8, T.float8_e4m3, ...) name their dtype in `_dtype_str`
@@ -116,7 +119,9 @@ def dequantize(packed, out, dtype, scale=None, zero=None, group_size=0, offset=N
     group_size = as_int(api, "group_size", group_size, minimum=0)
     if offset is not None and (scale is None or zero is not None):
         raise ValueError(f"{api}: an offset goes with a scale and without a zero (value * scale + offset)")
-    return dequantize_call(packed, out, name, scale, zero, group_size, offset)
+    if not isinstance(prescaled, bool):
+        raise ValueError(f"{api}: prescaled is True or False, got {prescaled!r}")
+    return dequantize_call(packed, out, name, scale, zero, group_size, offset, prescaled)
 
 
 def fill(buffer, value, annotations=None):

@@ -2,7 +2,9 @@
 float16/bfloat16 register fragment, with optional per-group scales and zero-points:
 ``out[i, j] = (value(code[i, j]) - zero[j // g, i]) * scale[j // g, i]`` (scale and zero tiles are (groups, rows),
 like the (K // g, N) tensors they come from), or with an offset instead of a zero:
-``value(code[i, j]) * scale[j // g, i] + offset[j // g, i]``.
+``value(code[i, j]) * scale[j // g, i] + offset[j // g, i]``. With `prescaled`, a float type's scales already
+carry the power of two 2^k its decode would multiply by (`tilex.ir.lowbit_chunk.raw_scale_exponent`): the codes
+are decoded raw (value * 2^-k) and the scale multiply restores the value, one fma per pair fewer.
 
 The codes are packed for the fragment they decode into: thread t's elements, in the fragment's local order, come
 as consecutive 32-code *chunks* (`tilex.ir.lowbit_chunk`), b 32-bit words each; `packed` (a shared or global
@@ -24,20 +26,21 @@ from tvm import tirx
 from tilex import dtypes
 from tilex.ir import intrin
 from tilex.ir.visit import dtype_of
-from tilex.ir.lowbit_chunk import CODES
+from tilex.ir.lowbit_chunk import CODES, raw_scale_exponent
 from tilex.layout import Fragment
 from tilex.op.base import TileOp, TileOpError, is_fragment, is_global, is_shared
 from tilex.op.partition import static_shape
 from tilex.op.region import READ, WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
 
-def dequantize_call(packed, out, dtype, scale=None, zero=None, group_size=0, offset=None):
+def dequantize_call(packed, out, dtype, scale=None, zero=None, group_size=0, offset=None, prescaled=False):
     t = dtypes.lookup(str(dtype))
     regions = [to_region(packed).to_call(READ), to_region(out).to_call(WRITE)]
     args = [intrin.LOWBIT_KINDS[t.kind], t.bits, t.exponent, t.mantissa, int(group_size)]
     for r in (scale, zero):
         regions.append(to_region(r).to_call(READ) if r is not None else tirx.const(0, "int32"))
-    tail = [to_region(offset).to_call(READ) if offset is not None else tirx.const(0, "int32")]
+    tail = [to_region(offset).to_call(READ) if offset is not None else tirx.const(0, "int32"),
+            tirx.const(int(bool(prescaled)), "int32")]
     return tirx.call_intrin("handle", "tilex.dequantize", *regions, *args, *tail)
 
 
@@ -76,8 +79,9 @@ def packed_order(frag: Fragment) -> np.ndarray:
 @register_tile_op("tilex.dequantize")
 class DequantizeOp(TileOp):
     def __init__(self, packed: Region, out: Region, kind, bits, exponent, mantissa, group_size, scale=None,
-                 zero=None, offset=None):
+                 zero=None, offset=None, prescaled=False):
         self.packed, self.out, self.scale, self.zero, self.offset = packed, out, scale, zero, offset
+        self.prescaled = bool(prescaled)
         kind_name = {v: k for k, v in intrin.LOWBIT_KINDS.items()}[int(kind)]
         if kind_name == "float":
             self.dtype = dtypes.float_type(int(exponent), int(mantissa))
@@ -92,7 +96,7 @@ class DequantizeOp(TileOp):
         zero = Region.from_call(a[3]) if isinstance(a[3], tvm.ir.Call) else None
         offset = Region.from_call(a[9]) if isinstance(a[9], tvm.ir.Call) else None
         return cls(Region.from_call(a[0]), Region.from_call(a[1]), *[int(x.value) for x in a[4:9]], scale, zero,
-                   offset)
+                   offset, bool(int(a[10].value)))
 
     def buffers(self):
         # the written operand last, as every tile operator lists them (the pipeliner reads it so)
@@ -124,6 +128,14 @@ class DequantizeOp(TileOp):
                               f"bfloat16")
         if self.offset is not None and (self.scale is None or self.zero is not None):
             raise TileOpError(f"{self.describe()}: an offset goes with a scale and without a zero")
+        if self.prescaled:
+            k = self.raw_exponent(str(out.dtype))
+            if k is None:
+                raise TileOpError(f"{self.describe()}: prescaled scales are for float types whose {out.dtype} decode "
+                                  f"multiplies by a power of two; {self.dtype} has none")
+            if self.scale is None or self.zero is not None:
+                raise TileOpError(f"{self.describe()}: prescaled scales (carrying 2^{k}) need a scale and no zero "
+                                  f"(an offset is fine)")
         rows, cols = (int(x) for x in out.shape)
         for name, r in (("scale", self.scale), ("zero", self.zero), ("offset", self.offset)):
             if r is None:
@@ -135,6 +147,10 @@ class DequantizeOp(TileOp):
             if len(ext) < 2 or ext[-1] != rows or ext[-2] < groups:
                 raise TileOpError(f"{self.describe()}: the {name} tile must be (groups, rows) = ({groups}, {rows}) "
                                   f"for a {rows}x{cols} output with group_size {self.group_size}, got {ext}")
+
+    def raw_exponent(self, act):
+        """k of `lowbit_chunk.raw_scale_exponent` for this op's type decoded into `act` (None: no raw decode)."""
+        return raw_scale_exponent(self.dtype.kind, self.dtype.exponent, self.dtype.mantissa, act)
 
     def lower(self, ctx):
         frag = ctx.layout_map.get(self.out.buffer)
@@ -160,7 +176,8 @@ class DequantizeOp(TileOp):
             stmts.append(intrin.decode_chunk(act, self.kind, bits, self.dtype.exponent,
                                              self.dtype.mantissa, words.access_ptr("r", offset=c * bits,
                                                                                    extent=bits),
-                                             out_loc.access_ptr("w", offset=c * CODES, extent=CODES)))
+                                             out_loc.access_ptr("w", offset=c * CODES, extent=CODES),
+                                             raw=self.prescaled))
             for local in range(c * CODES, (c + 1) * CODES, 2) if pair_keys else ():
                 key, (row, grp) = pair_keys[local]
                 if key not in cached:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tilex import dtypes, env
+from tilex import dtypes, env, quant
 from tilex.autotuner.smem import shared_memory_bytes
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.jit import compile as compile_kernel
@@ -21,7 +21,7 @@ from tilex.kernels.quant_matmul import (QuantTiles, check_group, chunk_bit_table
                                         prepack_weight, quant_matmul as quant_matmul_program, weight_fragment)
 from tilex.op.dequantize import packed_order
 
-__all__ = ["PackedWeight", "pack_weight", "quant_matmul", "prepack_weight_kernel"]
+__all__ = ["PackedWeight", "pack_weight", "quant_matmul", "auto_split_k", "prepack_weight_kernel"]
 
 
 def prepack_weight_kernel(codes, wtype, tiles: QuantTiles, target, act="float16"):
@@ -40,7 +40,9 @@ def prepack_weight_kernel(codes, wtype, tiles: QuantTiles, target, act="float16"
 class PackedWeight:
     """A low-bit weight (N, K) ready for `quant_matmul`: pre-packed words, scales and zeros as (K // g, N)
     tensors of the activation dtype, and the block tile the words were packed for. With `offsets`, `zeros` holds
-    -(zero * scale) (computed in float32, rounded once: what the kernel would compute per group) instead."""
+    -(zero * scale) (computed in float32, rounded once: what the kernel would compute per group) instead. With
+    `prescaled`, `scales` hold scale * 2^k for a float type whose kernel decode then skips its power-of-two multiply
+    (`tilex.quant.raw_scale_exponent`; chosen where no scale overflows)."""
 
     words: torch.Tensor
     scales: torch.Tensor
@@ -52,6 +54,7 @@ class PackedWeight:
     act: str
     target: str
     offsets: bool = False
+    prescaled: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -93,7 +96,16 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
         zeros = (-(scales.float() * zeros.T.to(tdt).float())).to(tdt).contiguous()
     elif zeros is not None:
         zeros = zeros.T.to(tdt).contiguous()
-    return PackedWeight(words, scales, zeros, wt, g, (n, k), tiles, act, target, offsets)
+    # a float type decodes raw (value * 2^-e, one fma per pair fewer) when its scales can carry 2^e: exact (a power
+    # of two) unless a scale overflows
+    e = quant.raw_scale_exponent(wt, act)
+    prescaled = e is not None and g < k and (zeros is None or offsets)
+    if prescaled:
+        big = scales.float() * 2.0 ** e
+        prescaled = bool(torch.isfinite(big.to(tdt)).all())
+        if prescaled:
+            scales = big.to(tdt).contiguous()
+    return PackedWeight(words, scales, zeros, wt, g, (n, k), tiles, act, target, offsets, prescaled)
 
 
 def _m_tile(m):
@@ -109,9 +121,10 @@ def _m_tile(m):
 _KERNELS: dict = {}
 
 
-def _program(m, pw: PackedWeight, tiles, split_k):
+def _program(m, pw: PackedWeight, tiles, split_k, split_reduce="atomic"):
     return quant_matmul_program(m, pw.shape[0], pw.shape[1], pw.dtype, pw.group_size, tiles, pw.act,
-                                zero_point=pw.zeros is not None, split_k=split_k, offset=pw.offsets)
+                                zero_point=pw.zeros is not None, split_k=split_k, offset=pw.offsets,
+                                split_reduce=split_reduce, prescaled=pw.prescaled)
 
 
 def _block_tiles(m, pw: PackedWeight, split_k):
@@ -135,22 +148,63 @@ def _block_tiles(m, pw: PackedWeight, split_k):
                      f"smaller tiles")
 
 
-def _kernel(m, pw: PackedWeight, split_k=1):
+def _kernel(m, pw: PackedWeight, split_k=1, split_reduce="atomic"):
+    """The compiled program and its block tile for M rows."""
     t = pw.tiles
     bm = _m_tile(m)
-    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.offsets, pw.act, t, bm, pw.target,
-           split_k)
+    key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.offsets, pw.prescaled, pw.act, t, bm,
+           pw.target, split_k, split_reduce)
     if key not in _KERNELS:
-        prog = _program(m, pw, _block_tiles(m, pw, split_k), split_k)
-        # split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
-        _KERNELS[key] = compile_kernel(prog, out_idx=-1 if split_k == 1 else None, target=pw.target)
+        tiles = _block_tiles(m, pw, split_k)
+        prog = _program(m, pw, tiles, split_k, split_reduce)
+        # atomic split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
+        atomic = split_k > 1 and split_reduce == "atomic"
+        _KERNELS[key] = (compile_kernel(prog, out_idx=None if atomic else -1, target=pw.target), tiles)
     return _KERNELS[key]
 
 
-def quant_matmul(x, pw: PackedWeight, split_k=1):
+_WORKSPACES: dict = {}
+
+
+def _workspace(x, n, tiles: QuantTiles):
+    """The last-block split-K's float32 sums (M, N) and arrival counters (M tiles, N tiles), zeroed once and kept
+    per (device, stream, shape): every launch leaves them at zero again. Launches on one stream run in order, so
+    they never share it concurrently; a launch on another stream gets its own."""
+    m = x.shape[0]
+    stream = torch.cuda.current_stream(x.device).cuda_stream if x.is_cuda else 0
+    key = (x.device, stream, m, n, tiles.bm, tiles.bn)
+    if key not in _WORKSPACES:
+        _WORKSPACES[key] = (torch.zeros(m, n, device=x.device, dtype=torch.float32),
+                            torch.zeros(-(-m // tiles.bm), -(-n // tiles.bn), device=x.device, dtype=torch.int32))
+    return _WORKSPACES[key]
+
+
+def auto_split_k(m, pw: PackedWeight, device) -> int:
+    """Blocks per output tile for M rows: 1 when the output tiles fill the GPU's multiprocessors, else enough
+    splits of K to (about) fill them, at most 4 and at least 2 k tiles each (measured on an H100 at N = K = 8192:
+    int4 M = 1 from 2.3x to 2.5x cuBLAS fp16)."""
+    tiles = -(-pw.shape[0] // pw.tiles.bn) * -(-m // _m_tile(m))
+    sms = _multiprocessors(device)
+    if tiles >= sms:
+        return 1
+    return max(1, min(4, -(-sms // tiles), -(-pw.shape[1] // pw.tiles.bk) // 2))
+
+
+_SMS: dict = {}
+
+
+def _multiprocessors(device) -> int:
+    if device not in _SMS:
+        _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SMS[device]
+
+
+def quant_matmul(x, pw: PackedWeight, split_k=None, split_reduce="last_block"):
     """Y = x @ W^T for x (M, K) and a PackedWeight W (N, K): Y (M, N) in x's dtype. `split_k` > 1 shares each
-    output tile's K among that many blocks (float32 partial sums added atomically, then cast): for problems
-    with fewer output tiles than the GPU has multiprocessors."""
+    output tile's K among that many blocks, for problems with fewer output tiles than the GPU has
+    multiprocessors (None: `auto_split_k` chooses). Their float32 partial sums meet in a workspace kept by this
+    module, and the last block of each tile writes Y (`split_reduce="last_block"`: one kernel), or they are added
+    atomically into a zeroed float32 Y that is cast afterwards (`"atomic"`: three kernels)."""
     n, k = pw.shape
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
         raise ValueError(f"quant_matmul: x must be a 2-d torch tensor (M, K), got "
@@ -161,13 +215,19 @@ def quant_matmul(x, pw: PackedWeight, split_k=1):
         raise ValueError(f"quant_matmul: x is {x.dtype}, the weight was packed for {pw.act} activations")
     if x.device != pw.words.device:
         raise ValueError(f"quant_matmul: x is on {x.device}, the weight on {pw.words.device}")
+    if split_k is None:
+        split_k = auto_split_k(x.shape[0], pw, x.device) if x.is_cuda else 1
     if not isinstance(split_k, int) or split_k < 1:
         raise ValueError(f"quant_matmul: split_k must be a positive int, got {split_k!r}")
+    if split_reduce not in ("last_block", "atomic"):
+        raise ValueError(f"quant_matmul: split_reduce is 'last_block' or 'atomic', got {split_reduce!r}")
     x = x.contiguous()
     zeros = pw.zeros if pw.zeros is not None else pw.scales[:1]
-    kernel = _kernel(x.shape[0], pw, split_k)
+    kernel, tiles = _kernel(x.shape[0], pw, split_k, split_reduce)
     if split_k == 1:
         return kernel(x, pw.words, pw.scales, zeros)
+    if split_reduce == "last_block":
+        return kernel(x, pw.words, pw.scales, zeros, *_workspace(x, n, tiles))
     y = torch.zeros(x.shape[0], n, device=x.device, dtype=torch.float32)
     kernel(x, pw.words, pw.scales, zeros, y)
     return y.to(x.dtype)

@@ -6,8 +6,8 @@ group-wise weight quantization.
     packed = quant.pack(qw.codes, qw.dtype)                                  # (N, K // 2) uint8
     w_hat = quant.dequantize(qw)                                             # (N, K) float16
 """
-from tilex.quant.codes import decode, encode
+from tilex.quant.codes import decode, encode, raw_scale_exponent
 from tilex.quant.packing import pack, unpack
 from tilex.quant.quantize import QuantizedWeight, dequantize, quantize
 
-__all__ = ["decode", "encode", "pack", "unpack", "QuantizedWeight", "quantize", "dequantize"]
+__all__ = ["decode", "encode", "raw_scale_exponent", "pack", "unpack", "QuantizedWeight", "quantize", "dequantize"]

@@ -17,6 +17,7 @@ import math
 import torch
 
 from tilex import dtypes
+from tilex.ir import lowbit_chunk
 
 
 def check_codes(codes, dtype):
@@ -93,3 +94,10 @@ def _encode_float(x, dtype, saturate):
     # else: index n is the inf code (all-ones exponent, mantissa 0 comes right after the largest finite)
     sign = torch.signbit(x).to(torch.int64) << (dtype.bits - 1)
     return index | sign
+
+
+def raw_scale_exponent(dtype, act="float16"):
+    """k such that the kernels' raw decode of `dtype` into `act` gives value * 2^-k (``T.dequantize(...,
+    prescaled=True)`` then wants scales times 2^k), or None where the type has no raw decode."""
+    t = dtypes.lookup(str(dtype))
+    return lowbit_chunk.raw_scale_exponent(t.kind, t.exponent, t.mantissa, str(act))
