@@ -211,6 +211,38 @@ class Word(Expr):
 
 
 @dataclasses.dataclass(frozen=True)
+class Gathered(Expr):
+    """A word of a 4-bit float plane with each code's sign moved `gap` - 3 bits above its magnitude, for the codes
+    of one parity (even / odd nibbles), shifted by delta: even nibbles take their signs from w << (gap - 3),
+    odd nibbles their magnitudes from w >> (gap - 3); one select_bits (LOP3) each. Bits of the other parity's
+    codes are garbage: the pair's mask drops them."""
+    q: int
+    parity: int
+    gap: int
+    delta: int = 0
+
+    def base(self):
+        """(a, b, mask): the word is (a & mask) | (b & ~mask)."""
+        move = self.gap - 3
+        if self.parity == 0:  # the even nibbles' magnitudes stay, their signs come up
+            return Word(self.q), Word(self.q, move), 0x0707 * HALF
+        return Word(self.q), Word(self.q, -move), 0x8080 * HALF  # the odd nibbles' signs stay, magnitudes come down
+
+    def name(self):
+        return f"g{self.q}{'e' if self.parity == 0 else 'o'}"
+
+    def c(self, top=False):
+        if self.delta == 0:
+            return self.name()
+        return f"{self.name()}{'l' if self.delta > 0 else 'r'}{abs(self.delta)}"
+
+    def ev(self, w):
+        a, b, m = self.base()
+        v = (a.ev(w) & m) | (b.ev(w) & ~m & 0xFFFFFFFF)
+        return (v << self.delta) & 0xFFFFFFFF if self.delta >= 0 else v >> -self.delta
+
+
+@dataclasses.dataclass(frozen=True)
 class Masked(Expr):
     """a & mask (a 32-bit constant)."""
     a: Expr
@@ -361,6 +393,9 @@ def _words(e, found):
     """The (q, delta) of every Word in expression e, added to `found`."""
     if isinstance(e, Word):
         found.add((e.q, e.delta))
+    if isinstance(e, Gathered):
+        for part in e.base()[:2]:
+            found.add((part.q, part.delta))
     for f in dataclasses.fields(e) if dataclasses.is_dataclass(e) else ():
         v = getattr(e, f.name)
         if isinstance(v, Expr):
@@ -488,12 +523,29 @@ def _plan_split(t, target):
     return outs, None, comment
 
 
+def _gather_gap(t, target):
+    """The sign's distance above the magnitude's low bit in the target (15 - lo) where a 4-bit float into fp16
+    decodes from gathered words (`Gathered`), else None. The nibble's own distance is 3; moving the signs of the
+    even nibbles up (or the magnitudes of the odd ones down) by gap - 3 < 4 lands them in the other parity's
+    nibbles, and every pair's magnitude then needs a left shift (lo >= 8): one shift and one mask per pair
+    instead of two of each."""
+    lo = target.man - t.man
+    if t.kind != FLOAT or t.bits != 4 or target is not F16 or not 5 <= 15 - lo <= 7 or lo < 8:
+        return None
+    return 15 - lo
+
+
 def _plan_float(t, target):
     b, lo = t.bits, target.man - t.man
     dest = {k: lo + k for k in range(b - 1)}
     dest[b - 1] = 15
     outs = []
-    for j in range(PAIRS):
+    gap = _gather_gap(t, target)
+    for j in range(PAIRS) if gap else ():
+        q, i = divmod(j, 4)  # one 4-wide plane: pair j is nibble i of word q
+        shift = lo - 4 * i if i % 2 == 0 else lo - 4 * i + gap - 3
+        outs.append(Masked(Gathered(q, i % 2, gap, shift), (0x8000 | (7 << lo)) * HALF))
+    for j in range(PAIRS) if not gap else ():
         parts = sorted(pieces(b, j, dest), key=lambda p: p[1] == 0x8000)  # the sign last
         outs.append(byte_perm(parts, 0) or assemble(parts))
     steps = []
@@ -514,7 +566,8 @@ def _plan_float(t, target):
         steps.append(Scale(target, factor, 0x80008000))
     outs = [Finish(target, o, tuple(steps)) if steps else o for o in outs]
     comment = (f"{t.name} -> {target.name}: sign to bit 15, exponent+mantissa to bits [{lo}, {lo + b - 1})"
-               + (f", times 2^{factor}" if factor else " (the identity placement)"))
+               + (f", times 2^{factor}" if factor else " (the identity placement)")
+               + (f"; from words with each sign {gap} bits above its magnitude (even / odd nibbles)" if gap else ""))
     return outs, (tuple(steps) if steps else None), comment
 
 
@@ -609,6 +662,16 @@ def body(t: CodeType, outs, indent="    "):
     for q, grp in itertools.groupby(shifted, key=lambda qd: qd[0]):
         decl = ", ".join(f"{Word(q, d).c()} = w{q} {'<<' if d > 0 else '>>'} {abs(d)}" for _, d in grp)
         lines += _wrap(f"const uint32_t {decl};", indent, ", ")
+    gathered = {}
+    for o in outs:
+        _gathered(o, gathered)
+    for name in sorted(gathered, key=lambda n: (int(n[1:-1]), n[-1])):
+        g, deltas = gathered[name]
+        a, b, m = g.base()
+        decl = [f"{name} = select_bits({a.c()}, {b.c()}, {_hex(m)})"]
+        decl += [f"{dataclasses.replace(g, delta=d).c()} = {name} {'<<' if d > 0 else '>>'} {abs(d)}"
+                 for d in sorted(deltas) if d]
+        lines += _wrap(f"const uint32_t {', '.join(decl)};", indent, ", ")
     stmts = [_statements(j, o) for j, o in enumerate(outs)]
     temps = sorted({v for pre, _ in stmts for v in ("x", "h") if any(p.startswith(f"{v} = ") for p in pre)})
     if temps:
@@ -618,6 +681,18 @@ def body(t: CodeType, outs, indent="    "):
             lines += _wrap(" ".join(pre), indent, "; ")
         lines.append(indent + out)
     return lines
+
+
+def _gathered(e, found):
+    """name -> (the unshifted Gathered, its shifts) of every Gathered in expression e, added to `found`."""
+    if isinstance(e, Gathered):
+        base, deltas = found.setdefault(e.name(), (dataclasses.replace(e, delta=0), set()))
+        deltas.add(e.delta)
+    for f in dataclasses.fields(e) if dataclasses.is_dataclass(e) else ():
+        v = getattr(e, f.name)
+        if isinstance(v, Expr):
+            _gathered(v, found)
+    return found
 
 
 def _wrap(text, indent, sep, width=118):
@@ -738,6 +813,13 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) {
 __device__ __forceinline__ uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) {
   uint32_t d;
   asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// The bits of a where m is set, of b elsewhere: one LOP3.
+__device__ __forceinline__ uint32_t select_bits(uint32_t a, uint32_t b, uint32_t m) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(a), "r"(b), "r"(m));
   return d;
 }
 

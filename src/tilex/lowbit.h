@@ -57,6 +57,13 @@ __device__ __forceinline__ uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) 
   return d;
 }
 
+// The bits of a where m is set, of b elsewhere: one LOP3.
+__device__ __forceinline__ uint32_t select_bits(uint32_t a, uint32_t b, uint32_t m) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE4;" : "=r"(d) : "r"(a), "r"(b), "r"(m));
+  return d;
+}
+
 // float8_e4m3fn pair (low 16 bits of a) -> fp16 pair: the one conversion the decoders use, where the hardware has it
 // (sm_89+; a template so that using it on an older arch is a compile error, not a wrong value).
 template <int Arch = 0>
@@ -1559,7 +1566,8 @@ struct decoder<2, 3, 2, 0> {  // e2m0
 
 template <>
 struct decoder<2, 4, 1, 2> {  // e1m2
-  // e1m2 -> f16: sign to bit 15, exponent+mantissa to bits [8, 11), times 2^15
+  // e1m2 -> f16: sign to bit 15, exponent+mantissa to bits [8, 11), times 2^15; from words with each sign 7 bits above
+  //   its magnitude (even / odd nibbles)
   template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
     if constexpr (Raw) return x;  // value * 2^-15: the caller's scale carries 2^15
@@ -1568,43 +1576,34 @@ struct decoder<2, 4, 1, 2> {  // e1m2
   template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-    const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4, w0l8 = w0 << 8, w0l12 = w0 << 12;
-    const uint32_t w1r4 = w1 >> 4, w1l4 = w1 << 4, w1l8 = w1 << 8, w1l12 = w1 << 12;
-    const uint32_t w2r4 = w2 >> 4, w2l4 = w2 << 4, w2l8 = w2 << 8, w2l12 = w2 << 12;
-    const uint32_t w3r4 = w3 >> 4, w3l4 = w3 << 4, w3l8 = w3 << 8, w3l12 = w3 << 12;
-    uint32_t x;
-    x = w0l8 & 0x07000700u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_f16<Raw>(x);
-    x = w0l4 & 0x07000700u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_f16<Raw>(x);
-    x = w0 & 0x07000700u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_f16<Raw>(x);
-    x = w0r4 & 0x07000700u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_f16<Raw>(x);
-    x = w1l8 & 0x07000700u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_f16<Raw>(x);
-    x = w1l4 & 0x07000700u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_f16<Raw>(x);
-    x = w1 & 0x07000700u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_f16<Raw>(x);
-    x = w1r4 & 0x07000700u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_f16<Raw>(x);
-    x = w2l8 & 0x07000700u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_f16<Raw>(x);
-    x = w2l4 & 0x07000700u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_f16<Raw>(x);
-    x = w2 & 0x07000700u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_f16<Raw>(x);
-    x = w2r4 & 0x07000700u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_f16<Raw>(x);
-    x = w3l8 & 0x07000700u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_f16<Raw>(x);
-    x = w3l4 & 0x07000700u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_f16<Raw>(x);
-    x = w3 & 0x07000700u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_f16<Raw>(x);
-    x = w3r4 & 0x07000700u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_f16<Raw>(x);
+    const uint32_t w0r4 = w0 >> 4, w0l4 = w0 << 4;
+    const uint32_t w1r4 = w1 >> 4, w1l4 = w1 << 4;
+    const uint32_t w2r4 = w2 >> 4, w2l4 = w2 << 4;
+    const uint32_t w3r4 = w3 >> 4, w3l4 = w3 << 4;
+    const uint32_t g0e = select_bits(w0, w0l4, 0x07070707u), g0el8 = g0e << 8;
+    const uint32_t g0o = select_bits(w0, w0r4, 0x80808080u), g0ol8 = g0o << 8;
+    const uint32_t g1e = select_bits(w1, w1l4, 0x07070707u), g1el8 = g1e << 8;
+    const uint32_t g1o = select_bits(w1, w1r4, 0x80808080u), g1ol8 = g1o << 8;
+    const uint32_t g2e = select_bits(w2, w2l4, 0x07070707u), g2el8 = g2e << 8;
+    const uint32_t g2o = select_bits(w2, w2r4, 0x80808080u), g2ol8 = g2o << 8;
+    const uint32_t g3e = select_bits(w3, w3l4, 0x07070707u), g3el8 = g3e << 8;
+    const uint32_t g3o = select_bits(w3, w3r4, 0x80808080u), g3ol8 = g3o << 8;
+    out[0] = finish_f16<Raw>(g0el8 & 0x87008700u);
+    out[1] = finish_f16<Raw>(g0ol8 & 0x87008700u);
+    out[2] = finish_f16<Raw>(g0e & 0x87008700u);
+    out[3] = finish_f16<Raw>(g0o & 0x87008700u);
+    out[4] = finish_f16<Raw>(g1el8 & 0x87008700u);
+    out[5] = finish_f16<Raw>(g1ol8 & 0x87008700u);
+    out[6] = finish_f16<Raw>(g1e & 0x87008700u);
+    out[7] = finish_f16<Raw>(g1o & 0x87008700u);
+    out[8] = finish_f16<Raw>(g2el8 & 0x87008700u);
+    out[9] = finish_f16<Raw>(g2ol8 & 0x87008700u);
+    out[10] = finish_f16<Raw>(g2e & 0x87008700u);
+    out[11] = finish_f16<Raw>(g2o & 0x87008700u);
+    out[12] = finish_f16<Raw>(g3el8 & 0x87008700u);
+    out[13] = finish_f16<Raw>(g3ol8 & 0x87008700u);
+    out[14] = finish_f16<Raw>(g3e & 0x87008700u);
+    out[15] = finish_f16<Raw>(g3o & 0x87008700u);
   }
   // e1m2 -> bf16: sign to bit 15, exponent+mantissa to bits [5, 8), times 2^127
   template <bool Raw = false>
@@ -1661,7 +1660,8 @@ struct decoder<2, 4, 1, 2> {  // e1m2
 
 template <>
 struct decoder<2, 4, 2, 1> {  // e2m1
-  // e2m1 -> f16: sign to bit 15, exponent+mantissa to bits [9, 12), times 2^14
+  // e2m1 -> f16: sign to bit 15, exponent+mantissa to bits [9, 12), times 2^14; from words with each sign 6 bits above
+  //   its magnitude (even / odd nibbles)
   template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
     if constexpr (Raw) return x;  // value * 2^-14: the caller's scale carries 2^14
@@ -1670,47 +1670,34 @@ struct decoder<2, 4, 2, 1> {  // e2m1
   template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-    const uint32_t w0r3 = w0 >> 3, w0l1 = w0 << 1, w0l4 = w0 << 4, w0l5 = w0 << 5, w0l8 = w0 << 8, w0l9 = w0 << 9,
-        w0l12 = w0 << 12;
-    const uint32_t w1r3 = w1 >> 3, w1l1 = w1 << 1, w1l4 = w1 << 4, w1l5 = w1 << 5, w1l8 = w1 << 8, w1l9 = w1 << 9,
-        w1l12 = w1 << 12;
-    const uint32_t w2r3 = w2 >> 3, w2l1 = w2 << 1, w2l4 = w2 << 4, w2l5 = w2 << 5, w2l8 = w2 << 8, w2l9 = w2 << 9,
-        w2l12 = w2 << 12;
-    const uint32_t w3r3 = w3 >> 3, w3l1 = w3 << 1, w3l4 = w3 << 4, w3l5 = w3 << 5, w3l8 = w3 << 8, w3l9 = w3 << 9,
-        w3l12 = w3 << 12;
-    uint32_t x;
-    x = w0l9 & 0x0E000E00u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_f16<Raw>(x);
-    x = w0l5 & 0x0E000E00u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_f16<Raw>(x);
-    x = w0l1 & 0x0E000E00u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_f16<Raw>(x);
-    x = w0r3 & 0x0E000E00u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_f16<Raw>(x);
-    x = w1l9 & 0x0E000E00u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_f16<Raw>(x);
-    x = w1l5 & 0x0E000E00u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_f16<Raw>(x);
-    x = w1l1 & 0x0E000E00u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_f16<Raw>(x);
-    x = w1r3 & 0x0E000E00u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_f16<Raw>(x);
-    x = w2l9 & 0x0E000E00u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_f16<Raw>(x);
-    x = w2l5 & 0x0E000E00u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_f16<Raw>(x);
-    x = w2l1 & 0x0E000E00u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_f16<Raw>(x);
-    x = w2r3 & 0x0E000E00u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_f16<Raw>(x);
-    x = w3l9 & 0x0E000E00u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_f16<Raw>(x);
-    x = w3l5 & 0x0E000E00u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_f16<Raw>(x);
-    x = w3l1 & 0x0E000E00u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_f16<Raw>(x);
-    x = w3r3 & 0x0E000E00u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_f16<Raw>(x);
+    const uint32_t w0r3 = w0 >> 3, w0l3 = w0 << 3;
+    const uint32_t w1r3 = w1 >> 3, w1l3 = w1 << 3;
+    const uint32_t w2r3 = w2 >> 3, w2l3 = w2 << 3;
+    const uint32_t w3r3 = w3 >> 3, w3l3 = w3 << 3;
+    const uint32_t g0e = select_bits(w0, w0l3, 0x07070707u), g0el1 = g0e << 1, g0el9 = g0e << 9;
+    const uint32_t g0o = select_bits(w0, w0r3, 0x80808080u), g0ol8 = g0o << 8;
+    const uint32_t g1e = select_bits(w1, w1l3, 0x07070707u), g1el1 = g1e << 1, g1el9 = g1e << 9;
+    const uint32_t g1o = select_bits(w1, w1r3, 0x80808080u), g1ol8 = g1o << 8;
+    const uint32_t g2e = select_bits(w2, w2l3, 0x07070707u), g2el1 = g2e << 1, g2el9 = g2e << 9;
+    const uint32_t g2o = select_bits(w2, w2r3, 0x80808080u), g2ol8 = g2o << 8;
+    const uint32_t g3e = select_bits(w3, w3l3, 0x07070707u), g3el1 = g3e << 1, g3el9 = g3e << 9;
+    const uint32_t g3o = select_bits(w3, w3r3, 0x80808080u), g3ol8 = g3o << 8;
+    out[0] = finish_f16<Raw>(g0el9 & 0x8E008E00u);
+    out[1] = finish_f16<Raw>(g0ol8 & 0x8E008E00u);
+    out[2] = finish_f16<Raw>(g0el1 & 0x8E008E00u);
+    out[3] = finish_f16<Raw>(g0o & 0x8E008E00u);
+    out[4] = finish_f16<Raw>(g1el9 & 0x8E008E00u);
+    out[5] = finish_f16<Raw>(g1ol8 & 0x8E008E00u);
+    out[6] = finish_f16<Raw>(g1el1 & 0x8E008E00u);
+    out[7] = finish_f16<Raw>(g1o & 0x8E008E00u);
+    out[8] = finish_f16<Raw>(g2el9 & 0x8E008E00u);
+    out[9] = finish_f16<Raw>(g2ol8 & 0x8E008E00u);
+    out[10] = finish_f16<Raw>(g2el1 & 0x8E008E00u);
+    out[11] = finish_f16<Raw>(g2o & 0x8E008E00u);
+    out[12] = finish_f16<Raw>(g3el9 & 0x8E008E00u);
+    out[13] = finish_f16<Raw>(g3ol8 & 0x8E008E00u);
+    out[14] = finish_f16<Raw>(g3el1 & 0x8E008E00u);
+    out[15] = finish_f16<Raw>(g3o & 0x8E008E00u);
   }
   // e2m1 -> bf16: sign to bit 15, exponent+mantissa to bits [6, 9), times 2^126
   template <bool Raw = false>
@@ -1767,7 +1754,8 @@ struct decoder<2, 4, 2, 1> {  // e2m1
 
 template <>
 struct decoder<2, 4, 3, 0> {  // e3m0
-  // e3m0 -> f16: sign to bit 15, exponent+mantissa to bits [10, 13), times 2^12
+  // e3m0 -> f16: sign to bit 15, exponent+mantissa to bits [10, 13), times 2^12; from words with each sign 5 bits
+  //   above its magnitude (even / odd nibbles)
   template <bool Raw = false>
   static __device__ __forceinline__ uint32_t finish_f16(uint32_t x) {
     if constexpr (Raw) return x;  // value * 2^-12: the caller's scale carries 2^12
@@ -1776,47 +1764,34 @@ struct decoder<2, 4, 3, 0> {  // e3m0
   template <bool Raw = false>
   static __device__ __forceinline__ void f16(const uint32_t* w, uint32_t* out) {
     const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3];
-    const uint32_t w0r2 = w0 >> 2, w0l2 = w0 << 2, w0l4 = w0 << 4, w0l6 = w0 << 6, w0l8 = w0 << 8, w0l10 = w0 << 10,
-        w0l12 = w0 << 12;
-    const uint32_t w1r2 = w1 >> 2, w1l2 = w1 << 2, w1l4 = w1 << 4, w1l6 = w1 << 6, w1l8 = w1 << 8, w1l10 = w1 << 10,
-        w1l12 = w1 << 12;
-    const uint32_t w2r2 = w2 >> 2, w2l2 = w2 << 2, w2l4 = w2 << 4, w2l6 = w2 << 6, w2l8 = w2 << 8, w2l10 = w2 << 10,
-        w2l12 = w2 << 12;
-    const uint32_t w3r2 = w3 >> 2, w3l2 = w3 << 2, w3l4 = w3 << 4, w3l6 = w3 << 6, w3l8 = w3 << 8, w3l10 = w3 << 10,
-        w3l12 = w3 << 12;
-    uint32_t x;
-    x = w0l10 & 0x1C001C00u; x = and_or(w0l12, 0x80008000u, x);
-    out[0] = finish_f16<Raw>(x);
-    x = w0l6 & 0x1C001C00u; x = and_or(w0l8, 0x80008000u, x);
-    out[1] = finish_f16<Raw>(x);
-    x = w0l2 & 0x1C001C00u; x = and_or(w0l4, 0x80008000u, x);
-    out[2] = finish_f16<Raw>(x);
-    x = w0r2 & 0x1C001C00u; x = and_or(w0, 0x80008000u, x);
-    out[3] = finish_f16<Raw>(x);
-    x = w1l10 & 0x1C001C00u; x = and_or(w1l12, 0x80008000u, x);
-    out[4] = finish_f16<Raw>(x);
-    x = w1l6 & 0x1C001C00u; x = and_or(w1l8, 0x80008000u, x);
-    out[5] = finish_f16<Raw>(x);
-    x = w1l2 & 0x1C001C00u; x = and_or(w1l4, 0x80008000u, x);
-    out[6] = finish_f16<Raw>(x);
-    x = w1r2 & 0x1C001C00u; x = and_or(w1, 0x80008000u, x);
-    out[7] = finish_f16<Raw>(x);
-    x = w2l10 & 0x1C001C00u; x = and_or(w2l12, 0x80008000u, x);
-    out[8] = finish_f16<Raw>(x);
-    x = w2l6 & 0x1C001C00u; x = and_or(w2l8, 0x80008000u, x);
-    out[9] = finish_f16<Raw>(x);
-    x = w2l2 & 0x1C001C00u; x = and_or(w2l4, 0x80008000u, x);
-    out[10] = finish_f16<Raw>(x);
-    x = w2r2 & 0x1C001C00u; x = and_or(w2, 0x80008000u, x);
-    out[11] = finish_f16<Raw>(x);
-    x = w3l10 & 0x1C001C00u; x = and_or(w3l12, 0x80008000u, x);
-    out[12] = finish_f16<Raw>(x);
-    x = w3l6 & 0x1C001C00u; x = and_or(w3l8, 0x80008000u, x);
-    out[13] = finish_f16<Raw>(x);
-    x = w3l2 & 0x1C001C00u; x = and_or(w3l4, 0x80008000u, x);
-    out[14] = finish_f16<Raw>(x);
-    x = w3r2 & 0x1C001C00u; x = and_or(w3, 0x80008000u, x);
-    out[15] = finish_f16<Raw>(x);
+    const uint32_t w0r2 = w0 >> 2, w0l2 = w0 << 2;
+    const uint32_t w1r2 = w1 >> 2, w1l2 = w1 << 2;
+    const uint32_t w2r2 = w2 >> 2, w2l2 = w2 << 2;
+    const uint32_t w3r2 = w3 >> 2, w3l2 = w3 << 2;
+    const uint32_t g0e = select_bits(w0, w0l2, 0x07070707u), g0el2 = g0e << 2, g0el10 = g0e << 10;
+    const uint32_t g0o = select_bits(w0, w0r2, 0x80808080u), g0ol8 = g0o << 8;
+    const uint32_t g1e = select_bits(w1, w1l2, 0x07070707u), g1el2 = g1e << 2, g1el10 = g1e << 10;
+    const uint32_t g1o = select_bits(w1, w1r2, 0x80808080u), g1ol8 = g1o << 8;
+    const uint32_t g2e = select_bits(w2, w2l2, 0x07070707u), g2el2 = g2e << 2, g2el10 = g2e << 10;
+    const uint32_t g2o = select_bits(w2, w2r2, 0x80808080u), g2ol8 = g2o << 8;
+    const uint32_t g3e = select_bits(w3, w3l2, 0x07070707u), g3el2 = g3e << 2, g3el10 = g3e << 10;
+    const uint32_t g3o = select_bits(w3, w3r2, 0x80808080u), g3ol8 = g3o << 8;
+    out[0] = finish_f16<Raw>(g0el10 & 0x9C009C00u);
+    out[1] = finish_f16<Raw>(g0ol8 & 0x9C009C00u);
+    out[2] = finish_f16<Raw>(g0el2 & 0x9C009C00u);
+    out[3] = finish_f16<Raw>(g0o & 0x9C009C00u);
+    out[4] = finish_f16<Raw>(g1el10 & 0x9C009C00u);
+    out[5] = finish_f16<Raw>(g1ol8 & 0x9C009C00u);
+    out[6] = finish_f16<Raw>(g1el2 & 0x9C009C00u);
+    out[7] = finish_f16<Raw>(g1o & 0x9C009C00u);
+    out[8] = finish_f16<Raw>(g2el10 & 0x9C009C00u);
+    out[9] = finish_f16<Raw>(g2ol8 & 0x9C009C00u);
+    out[10] = finish_f16<Raw>(g2el2 & 0x9C009C00u);
+    out[11] = finish_f16<Raw>(g2o & 0x9C009C00u);
+    out[12] = finish_f16<Raw>(g3el10 & 0x9C009C00u);
+    out[13] = finish_f16<Raw>(g3ol8 & 0x9C009C00u);
+    out[14] = finish_f16<Raw>(g3el2 & 0x9C009C00u);
+    out[15] = finish_f16<Raw>(g3o & 0x9C009C00u);
   }
   // e3m0 -> bf16: sign to bit 15, exponent+mantissa to bits [7, 10), times 2^124
   template <bool Raw = false>

@@ -79,6 +79,19 @@ def test_special_values_of_the_model():
     assert gen.BF16.from_value(e5m2.value(0xFC)) == 0xFF80
 
 
+def test_four_bit_floats_into_fp16_decode_from_gathered_words():
+    """e1m2 / e2m1 / e3m0 -> fp16: each pair is one shift and one mask of a word whose signs were gathered next to
+    their magnitudes (two LOP3s per chunk word), not two shifted pieces; bf16 keeps the piecewise plan."""
+    for name in ("e1m2-f16", "e2m1-f16", "e3m0-f16"):
+        outs = gen.plan(*_find(name))[0]
+        assert all(isinstance(o, gen.Finish) and isinstance(o.x, gen.Masked) and isinstance(o.x.a, gen.Gathered)
+                   for o in outs), name
+        shifts = {(o.x.a.parity, o.x.a.delta) for o in outs}
+        assert len(shifts) == 4 and any(d == 0 for _, d in shifts), name
+    assert not any(isinstance(o, gen.Finish) and isinstance(o.x, gen.Masked) and isinstance(o.x.a, gen.Gathered)
+                   for o in gen.plan(*_find("e2m1-bf16"))[0])
+
+
 def _raw_k(case):
     t, target = case
     return gen.raw_exponent(t, target)
@@ -224,6 +237,7 @@ inline uint32_t fma_f16x2(uint32_t a, uint32_t b, uint32_t c) { return fma2(a, b
 inline uint32_t fma_bf16x2(uint32_t a, uint32_t b, uint32_t c) { return fma2(a, b, c, true); }
 inline uint32_t and_or(uint32_t a, uint32_t b, uint32_t c) { return (a & b) | c; }
 inline uint32_t and_xor(uint32_t a, uint32_t b, uint32_t c) { return (a & b) ^ c; }
+inline uint32_t select_bits(uint32_t a, uint32_t b, uint32_t m) { return (a & m) | (b & ~m); }
 inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
   const uint64_t src = (uint64_t(b) << 32) | a;
   uint32_t r = 0;
