@@ -9,6 +9,7 @@ from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, a
 from tilex.language.debug import print  # noqa: A004 - T.print, as in TileLang
 from tilex.language.kernel import Kernel, get_thread_binding, sync_threads
 from tilex.language.rasterize import use_swizzle
+from tilex.language.symbolic import dynamic, symbolic
 from tilex.language.loop import Parallel, Pipelined
 from tilex.language.parser import prim_func
 from tilex.language.tileop import (GemmWarpPolicy, clear, copy, dequantize, fill, gemm, reduce, reduce_abssum,

@@ -1,0 +1,33 @@
+"""A GEMM with a symbolic M on the GPU: one compiled kernel serves every M, ragged ones included, against torch;
+an A of the wrong shape is refused."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilex  # noqa: E402
+import tilex.language as T  # noqa: E402
+
+from test_symbolic import _gemm  # noqa: E402  (pytest puts this directory on sys.path)
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    return tilex.compile(_gemm(T.dynamic("m"), 512, 256), out_idx=-1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 100, 128, 300, 1024])
+def test_every_m_from_one_kernel(kernel, M):
+    a = torch.randn(M, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    c = kernel(a, b)
+    assert c.shape == (M, 512)
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=5e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+def test_wrong_inner_shape_is_refused(kernel):
+    a = torch.randn(64, 128, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="shape"):
+        kernel(a, b)
