@@ -196,6 +196,21 @@ class Expr:
     pass
 
 
+def _shifted(v, delta):
+    """v << delta (delta > 0) or v >> -delta, in 32 bits."""
+    return (v << delta) & 0xFFFFFFFF if delta >= 0 else v >> -delta
+
+
+def _shift_name(name, delta):
+    """The printed temporary of `name` shifted by delta: w0l4, g1or3, ..."""
+    return name if delta == 0 else f"{name}{'l' if delta > 0 else 'r'}{abs(delta)}"
+
+
+def _shift_decl(name, delta):
+    """`<temporary> = <name> << delta` (or >>)."""
+    return f"{_shift_name(name, delta)} = {name} {'<<' if delta > 0 else '>>'} {abs(delta)}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Word(Expr):
     """chunk[q], shifted left (delta > 0) or right (delta < 0): one named temporary per (q, delta)."""
@@ -203,11 +218,10 @@ class Word(Expr):
     delta: int = 0
 
     def c(self, top=False):
-        return f"w{self.q}" if self.delta == 0 else f"w{self.q}{'l' if self.delta > 0 else 'r'}{abs(self.delta)}"
+        return _shift_name(f"w{self.q}", self.delta)
 
     def ev(self, w):
-        v = w[self.q]
-        return (v << self.delta) & 0xFFFFFFFF if self.delta >= 0 else v >> -self.delta
+        return _shifted(w[self.q], self.delta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,14 +246,11 @@ class Gathered(Expr):
         return f"g{self.q}{'e' if self.parity == 0 else 'o'}"
 
     def c(self, top=False):
-        if self.delta == 0:
-            return self.name()
-        return f"{self.name()}{'l' if self.delta > 0 else 'r'}{abs(self.delta)}"
+        return _shift_name(self.name(), self.delta)
 
     def ev(self, w):
         a, b, m = self.base()
-        v = (a.ev(w) & m) | (b.ev(w) & ~m & 0xFFFFFFFF)
-        return (v << self.delta) & 0xFFFFFFFF if self.delta >= 0 else v >> -self.delta
+        return _shifted((a.ev(w) & m) | (b.ev(w) & ~m & 0xFFFFFFFF), self.delta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -389,17 +400,22 @@ def _ev(v, w):
     return v.ev(w) if isinstance(v, Expr) else v
 
 
-def _words(e, found):
-    """The (q, delta) of every Word in expression e, added to `found`."""
-    if isinstance(e, Word):
-        found.add((e.q, e.delta))
-    if isinstance(e, Gathered):
-        for part in e.base()[:2]:
-            found.add((part.q, part.delta))
+def _subexprs(e):
+    """e and every expression inside it, depth first."""
+    yield e
     for f in dataclasses.fields(e) if dataclasses.is_dataclass(e) else ():
         v = getattr(e, f.name)
         if isinstance(v, Expr):
-            _words(v, found)
+            yield from _subexprs(v)
+
+
+def _words(e, found):
+    """The (q, delta) of every Word in expression e (those a Gathered reads included), added to `found`."""
+    for x in _subexprs(e):
+        if isinstance(x, Word):
+            found.add((x.q, x.delta))
+        elif isinstance(x, Gathered):
+            found.update((w.q, w.delta) for w in x.base()[:2])
     return found
 
 
@@ -660,17 +676,15 @@ def body(t: CodeType, outs, indent="    "):
         _words(o, used)
     shifted = sorted((q, d) for q, d in used if d)
     for q, grp in itertools.groupby(shifted, key=lambda qd: qd[0]):
-        decl = ", ".join(f"{Word(q, d).c()} = w{q} {'<<' if d > 0 else '>>'} {abs(d)}" for _, d in grp)
+        decl = ", ".join(_shift_decl(f"w{q}", d) for _, d in grp)
         lines += _wrap(f"const uint32_t {decl};", indent, ", ")
-    gathered = {}
-    for o in outs:
-        _gathered(o, gathered)
-    for name in sorted(gathered, key=lambda n: (int(n[1:-1]), n[-1])):
-        g, deltas = gathered[name]
+    gathered = {}  # unshifted Gathered -> its shifts
+    for x in (x for o in outs for x in _subexprs(o) if isinstance(x, Gathered)):
+        gathered.setdefault(dataclasses.replace(x, delta=0), set()).add(x.delta)
+    for g in sorted(gathered, key=lambda g: (g.q, g.parity)):
         a, b, m = g.base()
-        decl = [f"{name} = select_bits({a.c()}, {b.c()}, {_hex(m)})"]
-        decl += [f"{dataclasses.replace(g, delta=d).c()} = {name} {'<<' if d > 0 else '>>'} {abs(d)}"
-                 for d in sorted(deltas) if d]
+        decl = [f"{g.name()} = select_bits({a.c()}, {b.c()}, {_hex(m)})"]
+        decl += [_shift_decl(g.name(), d) for d in sorted(gathered[g]) if d]
         lines += _wrap(f"const uint32_t {', '.join(decl)};", indent, ", ")
     stmts = [_statements(j, o) for j, o in enumerate(outs)]
     temps = sorted({v for pre, _ in stmts for v in ("x", "h") if any(p.startswith(f"{v} = ") for p in pre)})
@@ -681,18 +695,6 @@ def body(t: CodeType, outs, indent="    "):
             lines += _wrap(" ".join(pre), indent, "; ")
         lines.append(indent + out)
     return lines
-
-
-def _gathered(e, found):
-    """name -> (the unshifted Gathered, its shifts) of every Gathered in expression e, added to `found`."""
-    if isinstance(e, Gathered):
-        base, deltas = found.setdefault(e.name(), (dataclasses.replace(e, delta=0), set()))
-        deltas.add(e.delta)
-    for f in dataclasses.fields(e) if dataclasses.is_dataclass(e) else ():
-        v = getattr(e, f.name)
-        if isinstance(v, Expr):
-            _gathered(v, found)
-    return found
 
 
 def _wrap(text, indent, sep, width=118):

@@ -82,12 +82,10 @@ def assert_same(torch, got, want, what):
                              f"(0x{int(got.view(torch.int16)[i]) & 0xFFFF:04X}), want {float(want[i])!r}")
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("case", CASES, ids=_id)
-def test_every_code_decodes_exactly(case):
-    torch = pytest.importorskip("torch")
+def run_decoders(torch, case, raw=False):
+    """Every code of the case's type at every chunk position, decoded on the GPU: (codes C, decoded registers O
+    (int32, two 16-bit results each), oracle values R (float32))."""
     (kind, bits, e, m), out_dtype = case
-    tdt = getattr(torch, out_dtype)
     chunks = chunks_of(bits)
     n = len(chunks)
     words = [w for codes in chunks for w in lowbit_chunk.pack_chunk(codes, bits)]
@@ -95,8 +93,18 @@ def test_every_code_decodes_exactly(case):
     C = torch.tensor([c for codes in chunks for c in codes], dtype=torch.int32, device="cuda")
     O = torch.zeros(n * 16, dtype=torch.int32, device="cuda")
     R = torch.zeros(n * 32, dtype=torch.float32, device="cuda")
-    tilex.compile(decode_program(kind, bits, e, m, out_dtype, n))(W, C, O, R)
+    tilex.compile(decode_program(kind, bits, e, m, out_dtype, n, raw=raw))(W, C, O, R)
     torch.cuda.synchronize()
+    return C, O, R
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_every_code_decodes_exactly(case):
+    torch = pytest.importorskip("torch")
+    (kind, bits, e, m), out_dtype = case
+    tdt = getattr(torch, out_dtype)
+    C, O, R = run_decoders(torch, case)
     want = reference(torch, kind, bits, e, m, C).to(tdt)
     # register j of a chunk holds code 2j in its low half: little-endian, so the 16-bit view is in code order
     assert_same(torch, O.view(torch.int16).view(tdt), want, f"{_id(case)} decode_chunk")
@@ -113,17 +121,8 @@ def test_raw_decode_is_the_value_over_a_power_of_two(case):
     torch = pytest.importorskip("torch")
     (kind, bits, e, m), out_dtype = case
     k = lowbit_chunk.raw_scale_exponent(kind, e, m, out_dtype)
-    tdt = getattr(torch, out_dtype)
-    chunks = chunks_of(bits)
-    n = len(chunks)
-    words = [w for codes in chunks for w in lowbit_chunk.pack_chunk(codes, bits)]
-    W = torch.tensor([w - (1 << 32) if w >> 31 else w for w in words], dtype=torch.int32, device="cuda")
-    C = torch.tensor([c for codes in chunks for c in codes], dtype=torch.int32, device="cuda")
-    O = torch.zeros(n * 16, dtype=torch.int32, device="cuda")
-    R = torch.zeros(n * 32, dtype=torch.float32, device="cuda")
-    tilex.compile(decode_program(kind, bits, e, m, out_dtype, n, raw=True))(W, C, O, R)
-    torch.cuda.synchronize()
-    got = O.view(torch.int16).view(tdt).double() * 2.0 ** k
+    C, O, _ = run_decoders(torch, case, raw=True)
+    got = O.view(torch.int16).view(getattr(torch, out_dtype)).double() * 2.0 ** k
     want = reference(torch, kind, bits, e, m, C)
     bad = (got != want) | (torch.signbit(got) != torch.signbit(want))
     if bool(bad.any()):

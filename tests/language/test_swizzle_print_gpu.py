@@ -7,24 +7,7 @@ torch = pytest.importorskip("torch")
 
 import tilex  # noqa: E402
 import tilex.language as T  # noqa: E402
-
-
-def _matmul(M, N, K, panel, order, bm=128, bn=128, bk=64, stages=3, enable=True):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
-            T.use_swizzle(panel, order=order, enable=enable)
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[k * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bm, bx * bn])
-
-    return main
+from programs import matmul  # noqa: E402
 
 
 @pytest.mark.gpu
@@ -33,7 +16,7 @@ def _matmul(M, N, K, panel, order, bm=128, bn=128, bk=64, stages=3, enable=True)
                          ids=lambda x: "x".join(map(str, x)) if isinstance(x, tuple) else str(x))
 def test_swizzled_gemm_matches_torch(shape, panel, order):
     M, N, K = shape
-    kernel = tilex.compile(_matmul(M, N, K, panel, order), out_idx=[2])
+    kernel = tilex.compile(matmul(M, N, K, panel, order, bk=64), out_idx=[2])
     a = torch.randn((M, K), device="cuda", dtype=torch.float16)
     b = torch.randn((K, N), device="cuda", dtype=torch.float16)
     c = kernel(a, b)

@@ -7,12 +7,12 @@ torch = pytest.importorskip("torch")
 import tilex  # noqa: E402
 import tilex.language as T  # noqa: E402
 
-from test_symbolic import _gemm  # noqa: E402  (pytest puts this directory on sys.path)
+from programs import matmul  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kernel():
-    return tilex.compile(_gemm(T.dynamic("m"), 512, 256), out_idx=-1)
+    return tilex.compile(matmul(T.dynamic("m"), 512, 256, bk=64, threads=256), out_idx=-1)
 
 
 @pytest.mark.gpu

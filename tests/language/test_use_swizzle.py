@@ -12,6 +12,8 @@ from tilex.engine import build, lower_to_tir
 from tilex.layout._expr import compile_numpy
 from tilex.transform.thread_block_swizzle import swizzled_block_index, thread_block_swizzle
 
+from programs import matmul
+
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 GRIDS = [(1, 1), (1, 7), (7, 1), (5, 3), (8, 8), (13, 7), (10, 20), (3, 16)]
 PANELS = [1, 2, 3, 4, 10]
@@ -63,25 +65,6 @@ def test_consecutive_blocks_share_tiles():
     assert (bx.ravel()[64], by.ravel()[64]) == (15, 4) and (bx.ravel()[63], by.ravel()[63]) == (15, 3)
 
 
-def _matmul(M, N, K, panel=None, order="row", bm=128, bn=128, bk=32, stages=3, enable=True):
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=128) as (bx, by):
-            if panel is not None:
-                T.use_swizzle(panel, order=order, enable=enable)
-            A_s = T.alloc_shared((bm, bk), "float16")
-            B_s = T.alloc_shared((bk, bn), "float16")
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[k * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bm, bx * bn])
-
-    return main
-
-
 def _launch(func):
     """{tag: (var, extent)} of the launch attributes and [(var, value)] of the Bind statements."""
     launch, binds = {}, []
@@ -100,7 +83,7 @@ def _launch(func):
 @pytest.mark.parametrize("order", ["row", "column"])
 def test_lowered_kernel_binds_swizzled_block_indices(order):
     M, N = 1000, 1300  # 8 x 11 blocks: partial panels of 3 both ways
-    func = lower_to_tir(_matmul(M, N, 256, panel=3, order=order), SM90)["main"]
+    func = lower_to_tir(matmul(M, N, 256, panel=3, order=order), SM90)["main"]
     script = func.script()
     assert "use_swizzle" not in script
     launch, binds = _launch(func)
@@ -117,8 +100,8 @@ def test_lowered_kernel_binds_swizzled_block_indices(order):
 def test_swizzle_keeps_the_bounds_proofs():
     """The pass runs after LowerTileOps: the body is exactly what the plain program lowers to (no extra guards,
     no zero-filling cp.async) once the block indices are bound."""
-    plain = lower_to_tir(_matmul(1024, 1024, 512), SM90, {"tilex.disable_warp_specialized": True})["main"]
-    swz = lower_to_tir(_matmul(1024, 1024, 512, panel=4), SM90, {"tilex.disable_warp_specialized": True})["main"]
+    plain = lower_to_tir(matmul(1024, 1024, 512), SM90, {"tilex.disable_warp_specialized": True})["main"]
+    swz = lower_to_tir(matmul(1024, 1024, 512, panel=4), SM90, {"tilex.disable_warp_specialized": True})["main"]
     s_plain, s_swz = plain.script(), swz.script()
     assert "zfill" not in s_swz and s_swz.count(" if ") == s_plain.count(" if ")
     after_binds = s_swz.split("by: T.let[T.int32] = ", 1)[1].split("\n", 1)[1]
@@ -127,8 +110,8 @@ def test_swizzle_keeps_the_bounds_proofs():
 
 
 def test_disabled_swizzle_and_plain_program_are_identical():
-    plain = lower_to_tir(_matmul(512, 512, 256), SM90)["main"].script()
-    off = lower_to_tir(_matmul(512, 512, 256, panel=4, enable=False), SM90)["main"].script()
+    plain = lower_to_tir(matmul(512, 512, 256), SM90)["main"].script()
+    off = lower_to_tir(matmul(512, 512, 256, panel=4, enable=False), SM90)["main"].script()
     assert off == plain
 
 
@@ -182,7 +165,7 @@ def test_swizzle_outside_a_kernel_raises():
 def test_swizzled_gemm_compiles_with_nvcc():
     from tilex.engine.nvcc import compile_cuda
 
-    src = build(_matmul(1000, 1300, 512, panel=3, order="column"), SM90).mod.imports[0].inspect_source()
+    src = build(matmul(1000, 1300, 512, panel=3, order="column"), SM90).mod.imports[0].inspect_source()
     assert "int bx = " in src and "int by = " in src
     assert len(compile_cuda(src, "sm_90a")) > 1000
 
@@ -191,7 +174,7 @@ def test_swizzled_gemm_compiles_with_nvcc():
 def test_serpentine_is_branch_free(order):
     """The alternating panel direction is arithmetic, not a select: a select made nvcc duplicate the kernel tail and
     ptxas then hoisted an accumulator read above the wgmma wait (wrong results on the H200)."""
-    func = lower_to_tir(_matmul(1000, 1300, 256, panel=3, order=order), SM90)["main"]
+    func = lower_to_tir(matmul(1000, 1300, 256, panel=3, order=order), SM90)["main"]
     _, binds = _launch(func)
     for _, value in binds:
         text = str(value)

@@ -459,6 +459,7 @@ def streamk_fixup(words, threads, grid, *args):
 # ---- lowbit.h -----------------------------------------------------------------------------------------------------
 #: the Kind template argument of the lowbit.h decoders
 LOWBIT_KINDS = {"uint": 0, "int": 1, "float": 2}
+LOWBIT_KIND_NAMES = {v: k for k, v in LOWBIT_KINDS.items()}
 _DECODE_CHUNK = {"float16": DECODE_CHUNK_F16, "bfloat16": DECODE_CHUNK_BF16}
 
 
@@ -491,7 +492,7 @@ def decode_chunk(out_dtype, kind, bits, exponent, mantissa, chunk_ptr, out_ptr, 
     if name == DECODE_CHUNK_F16 and targs[0] == 2 and targs[2] > 5:
         raise ValueError(f"decode_chunk: float16 cannot hold e{targs[2]}m{targs[3]} (more than 5 exponent bits)")
     if raw:
-        kind_name = {v: k for k, v in LOWBIT_KINDS.items()}[targs[0]]
+        kind_name = LOWBIT_KIND_NAMES[targs[0]]
         if raw_scale_exponent(kind_name, targs[2], targs[3], str(out_dtype)) is None:
             raise ValueError(f"decode_chunk: no raw {out_dtype} decode of {kind_name} e{targs[2]}m{targs[3]} "
                              f"({bits} bits)")

@@ -72,8 +72,7 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
     per_channel = g >= K
     if split_k < 1:
         raise ValueError(f"quant_matmul: split_k must be >= 1, got {split_k}")
-    if split_reduce not in ("atomic", "last_block"):
-        raise ValueError(f"quant_matmul: split_reduce is 'atomic' or 'last_block', got {split_reduce!r}")
+    check_split_reduce(split_reduce)
     if prescaled and (per_channel or (zero_point and not offset)):
         raise ValueError("quant_matmul: prescaled scales need groups shorter than K and no zeros (or an offset)")
     k_per = -(-k_tiles // split_k)  # k tiles per split (tiles past the end read as zeros)
@@ -154,6 +153,16 @@ def quant_matmul(M, N, K, wtype, group_size, tiles: QuantTiles = QuantTiles(), a
                         Y[by * bm + j, bx * bn + i] = T.cast(C_f[i, j], act)
 
     return main
+
+
+#: how split-K partial sums meet: atomically in a zeroed float32 Y, or in a workspace the last block reads
+SPLIT_REDUCES = ("atomic", "last_block")
+
+
+def check_split_reduce(split_reduce):
+    """ValueError unless `split_reduce` is one of :data:`SPLIT_REDUCES`."""
+    if split_reduce not in SPLIT_REDUCES:
+        raise ValueError(f"quant_matmul: split_reduce is 'atomic' or 'last_block', got {split_reduce!r}")
 
 
 def check_group(g, K, bk):

@@ -82,7 +82,7 @@ class DequantizeOp(TileOp):
                  zero=None, offset=None, prescaled=False):
         self.packed, self.out, self.scale, self.zero, self.offset = packed, out, scale, zero, offset
         self.prescaled = bool(prescaled)
-        kind_name = {v: k for k, v in intrin.LOWBIT_KINDS.items()}[int(kind)]
+        kind_name = intrin.LOWBIT_KIND_NAMES[int(kind)]
         if kind_name == "float":
             self.dtype = dtypes.float_type(int(exponent), int(mantissa))
         else:
@@ -129,7 +129,7 @@ class DequantizeOp(TileOp):
         if self.offset is not None and (self.scale is None or self.zero is not None):
             raise TileOpError(f"{self.describe()}: an offset goes with a scale and without a zero")
         if self.prescaled:
-            k = self.raw_exponent(str(out.dtype))
+            k = raw_scale_exponent(self.dtype.kind, self.dtype.exponent, self.dtype.mantissa, str(out.dtype))
             if k is None:
                 raise TileOpError(f"{self.describe()}: prescaled scales are for float types whose {out.dtype} decode "
                                   f"multiplies by a power of two; {self.dtype} has none")
@@ -147,10 +147,6 @@ class DequantizeOp(TileOp):
             if len(ext) < 2 or ext[-1] != rows or ext[-2] < groups:
                 raise TileOpError(f"{self.describe()}: the {name} tile must be (groups, rows) = ({groups}, {rows}) "
                                   f"for a {rows}x{cols} output with group_size {self.group_size}, got {ext}")
-
-    def raw_exponent(self, act):
-        """k of `lowbit_chunk.raw_scale_exponent` for this op's type decoded into `act` (None: no raw decode)."""
-        return raw_scale_exponent(self.dtype.kind, self.dtype.exponent, self.dtype.mantissa, act)
 
     def lower(self, ctx):
         frag = ctx.layout_map.get(self.out.buffer)

@@ -17,8 +17,9 @@ from tilex import dtypes, env, quant
 from tilex.autotuner.smem import shared_memory_bytes
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.jit import compile as compile_kernel
-from tilex.kernels.quant_matmul import (QuantTiles, check_group, chunk_bit_table, default_tiles, prepack_program,
-                                        prepack_weight, quant_matmul as quant_matmul_program, weight_fragment)
+from tilex.kernels.quant_matmul import (QuantTiles, check_group, check_split_reduce, chunk_bit_table, default_tiles,
+                                        prepack_program, prepack_weight, quant_matmul as quant_matmul_program,
+                                        weight_fragment)
 from tilex.op.dequantize import packed_order
 
 __all__ = ["PackedWeight", "pack_weight", "quant_matmul", "auto_split_k", "prepack_weight_kernel"]
@@ -99,12 +100,11 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
     # a float type decodes raw (value * 2^-e, one fma per pair fewer) when its scales can carry 2^e: exact (a power
     # of two) unless a scale overflows
     e = quant.raw_scale_exponent(wt, act)
-    prescaled = e is not None and g < k and (zeros is None or offsets)
-    if prescaled:
-        big = scales.float() * 2.0 ** e
-        prescaled = bool(torch.isfinite(big.to(tdt)).all())
-        if prescaled:
-            scales = big.to(tdt).contiguous()
+    prescaled = False
+    if e is not None and g < k and (zeros is None or offsets):
+        big = (scales.float() * 2.0 ** e).to(tdt)
+        if bool(torch.isfinite(big).all()):
+            scales, prescaled = big.contiguous(), True
     return PackedWeight(words, scales, zeros, wt, g, (n, k), tiles, act, target, offsets, prescaled)
 
 
@@ -219,8 +219,7 @@ def quant_matmul(x, pw: PackedWeight, split_k=None, split_reduce="last_block"):
         split_k = auto_split_k(x.shape[0], pw, x.device) if x.is_cuda else 1
     if not isinstance(split_k, int) or split_k < 1:
         raise ValueError(f"quant_matmul: split_k must be a positive int, got {split_k!r}")
-    if split_reduce not in ("last_block", "atomic"):
-        raise ValueError(f"quant_matmul: split_reduce is 'last_block' or 'atomic', got {split_reduce!r}")
+    check_split_reduce(split_reduce)  # before any compilation
     x = x.contiguous()
     zeros = pw.zeros if pw.zeros is not None else pw.scales[:1]
     kernel, tiles = _kernel(x.shape[0], pw, split_k, split_reduce)

@@ -1,0 +1,23 @@
+"""Tile programs several tests compile (tests/ is on sys.path through its conftest.py)."""
+import tilex.language as T
+
+
+def matmul(M, N, K, panel=None, order="row", bm=128, bn=128, bk=32, stages=3, threads=128, enable=True):
+    """C = A @ B (float16, float32 accumulator) as TileLang's examples write it: a T.Pipelined k loop of two
+    T.copy and a T.gemm, the fragment copied out; `panel` adds T.use_swizzle(panel, order, enable)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if panel is not None:
+                T.use_swizzle(panel, order=order, enable=enable)
+            A_s = T.alloc_shared((bm, bk), "float16")
+            B_s = T.alloc_shared((bk, bn), "float16")
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
