@@ -34,7 +34,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["tilex", "tilex.*"]) + (["tilex._src"] if HAS_SRC else []),
     package_dir={"tilex._src": "src"} if HAS_SRC else {},
-    package_data={"tilex._src": _header_globs()} if HAS_SRC else {},
+    package_data={**({"tilex._src": _header_globs()} if HAS_SRC else {}), "tilex.jit": ["*.cc"]},
     include_package_data=False,
     install_requires=[
         "apache-tvm>=0.27,<0.28",

@@ -57,6 +57,24 @@ def test_errors_on_gpu_tensors():
         k(a, a.cpu())
 
 
+def test_fast_path_errors_name_the_argument():
+    """Calls skip the Python checks when the arguments are right; wrong ones still get the checker's message
+    (TVM's host code refuses them first, or the fast path's alignment check does)."""
+    k = tilex.compile(jit_kernels.vec_add(1024), out_idx=-1)
+    a = torch.randn(1024, device="cuda")
+    base = torch.randn(1025, device="cuda")
+    with pytest.raises(ValueError, match="argument 'A' .* not 16-byte aligned"):
+        k(base[1:], a)
+    with pytest.raises(ValueError, match="argument 'B' .* expected a contiguous tensor"):
+        k(a, torch.randn(2048, device="cuda")[::2])
+    with pytest.raises(TypeError, match="takes 2 argument"):
+        k(a)
+    ks = tilex.compile(jit_kernels.scale_sym(), out_idx=1)
+    assert ks(torch.randn(0, 8, device="cuda"), 1.0).shape == (0, 8)  # an empty M launches nothing
+    with pytest.raises(TypeError, match="argument 'alpha' .* expected a Python float"):
+        ks(torch.randn(4, 8, device="cuda"), "2")
+
+
 def _produce_late(x, s):
     """On stream s: sleep ~0.1 s of GPU time, then compute x * 3 (so it is written late)."""
     with torch.cuda.stream(s):

@@ -1,5 +1,5 @@
-"""T.symbolic / T.dynamic: symbolic sizes in tensor shapes; a GEMM with a symbolic M compiles once and guards its
-ragged edge."""
+"""T.symbolic / T.dynamic: symbolic sizes in tensor shapes; a GEMM with a symbolic M keeps its TMA loads (the
+tensor map's outer extent is encoded per call) and its warp-specialized pipeline, and guards its ragged edge."""
 import pytest
 
 import tilex
@@ -21,12 +21,14 @@ def test_symbolic_is_a_named_size_variable():
         T.dynamic("m", "float32")
 
 
-def test_symbolic_m_compiles_and_guards_its_ragged_edge():
-    """One kernel for every M: m is a kernel parameter and the epilogue stores no row past it. (Its loads stay on
-    the cp.async pipeline for now: TMA tensor maps are encoded from static extents.)"""
+def test_symbolic_m_keeps_tma_and_warp_specialization():
+    """One kernel for every M: m is a kernel parameter, A's tensor map is encoded per call, and the epilogue stores
+    no row past m."""
     prog = matmul(T.dynamic("m"), 1024, 1024, bk=64, threads=256)
     src = tilex.compile(prog, out_idx=-1, target="sm_90a").get_kernel_source()
-    assert "int m)" in src and ") < m)" in src
+    assert "__launch_bounds__(384" in src  # 256 consumers + the TMA producer warpgroup
+    assert "CUtensorMap A_tmap" in src and "CUtensorMap B_tmap" in src and "int m)" in src
+    assert ") < m)" in src
 
 
 def test_symbolic_inner_dimension_falls_back_to_cp_async():

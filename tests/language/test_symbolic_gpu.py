@@ -1,5 +1,6 @@
-"""A GEMM with a symbolic M on the GPU: one compiled kernel serves every M, ragged ones included, against torch;
-an A of the wrong shape is refused."""
+"""A GEMM with a symbolic M on the GPU: one compiled kernel (TMA loads whose tensor maps are encoded per call,
+warp-specialized) serves every M, ragged and tiny ones included, against torch; tensors of the wrong shape, or whose
+shared symbolic dimension disagrees, are refused."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -16,7 +17,7 @@ def kernel():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("M", [1, 100, 128, 300, 1024])
+@pytest.mark.parametrize("M", [1, 7, 100, 128, 129, 300, 1024])
 def test_every_m_from_one_kernel(kernel, M):
     a = torch.randn(M, 256, device="cuda", dtype=torch.float16)
     b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
@@ -31,3 +32,14 @@ def test_wrong_inner_shape_is_refused(kernel):
     b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
     with pytest.raises(ValueError, match="shape"):
         kernel(a, b)
+
+
+@pytest.mark.gpu
+def test_mismatched_symbolic_dimension_is_refused():
+    """A and C share m: a C with a different row count names the symbolic size it contradicts."""
+    kernel = tilex.compile(matmul(T.dynamic("m"), 512, 256, bk=64, threads=256))
+    a = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    c = torch.empty(65, 512, device="cuda", dtype=torch.float16)
+    with pytest.raises(ValueError, match="m"):
+        kernel(a, b, c)

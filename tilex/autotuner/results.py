@@ -142,10 +142,14 @@ class TuneResult:
     """The outcome of tuning: ``config`` (the best configuration), ``latency`` (its ms), ``kernel`` (its
     compiled :class:`tilex.JITKernel`), ``results`` (every :class:`ConfigResult`), ``ref_latency`` (ms of
     ``ref_prog`` on the same inputs, when given), ``from_cache`` (the best configuration came from the
-    autotune cache, nothing was benchmarked), ``cache_key`` / ``cache_path``."""
+    autotune cache, nothing was benchmarked), ``cache_key`` / ``cache_path``, ``dynamic`` (the
+    :class:`~tilex.autotuner.dispatch.DynamicKernel` when tuned with ``dynamic=``; ``best`` is then the
+    configuration that serves the most values of the size)."""
 
     def __init__(self, best: ConfigResult, results: Sequence[ConfigResult], ref_latency: float | None = None,
-                 from_cache: bool = False, cache_key: str | None = None, cache_path: str | None = None):
+                 from_cache: bool = False, cache_key: str | None = None, cache_path: str | None = None,
+                 dynamic=None):
+        self.dynamic = dynamic  # a tilex.autotuner.dispatch.DynamicKernel when tuned over a dynamic size
         self.best = best
         self.results = list(results)
         self.ref_latency = ref_latency
@@ -163,7 +167,8 @@ class TuneResult:
 
     @property
     def kernel(self):
-        return self.best.kernel
+        """The best configuration's JITKernel, or the DynamicKernel choosing one per call (``dynamic=``)."""
+        return self.dynamic if self.dynamic is not None else self.best.kernel
 
     def table(self) -> str:
         return format_table(self.results, self.best.index)

@@ -60,7 +60,9 @@ from tilex.jit import compile as compile_kernel
 
 from . import bench, smem
 from . import cache as acache
+from .dynamic import build_dynamic_kernel, profile, sized_supply
 from .inputs import as_list, compare_outputs, default_supply
+from .launch_shape import launch_shape
 from .results import (COMPILED, OK, RUNTIME_ERROR, WRONG, AutotuneError, CompileReport, ConfigResult, TuneResult,
                       error_text, format_config, format_table, reason_of)
 from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, load_kernels,
@@ -140,7 +142,7 @@ class AutoTuner:
     def __init__(self, factory, configs, *, out_idx=None, target="auto", pass_configs=None, warmup=25, rep=100,
                  ref_prog=None, supply=None, rtol=1e-2, atol=1e-2, skip_check=False, cache_input_tensors=True,
                  max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
-                 parallel="auto"):
+                 parallel="auto", dynamic=None):
         if configs is None:
             raise ValueError("tilex.autotune: configs is required (a list of dicts, a dict of lists, or a callable)")
         inner = unwrap_factory(factory)
@@ -165,6 +167,7 @@ class AutoTuner:
                               skip_check=skip_check, cache_input_tensors=cache_input_tensors)
         self.set_tune_args(max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
                            max_shared_memory=max_shared_memory, parallel=parallel)
+        self.dynamic = normalize_dynamic(dynamic)
 
     # -- TileLang-style builder API
     @classmethod
@@ -326,6 +329,7 @@ class AutoTuner:
             "device": _device_name(),
             "tilex": _tilex_version(),
             "tvm": tvm.__version__,
+            **({"dynamic": self.dynamic} if self.dynamic else {}),
         }
 
     def cache_key(self, *args, **kwargs) -> str | None:
@@ -463,6 +467,9 @@ class AutoTuner:
         """Tune for these factory arguments: return the cached best configuration when there is one, else
         compile every configuration, check and time them, cache and return the best."""
         job = self._bind(args, kwargs)
+        dim = self._dynamic_dim(job)
+        if dim is not None:
+            return self._run_dynamic(job, dim)
         key = self._key(job) if self.cache else None
         if key is not None:
             hit = self._from_cache(job, key)
@@ -483,6 +490,100 @@ class AutoTuner:
                 "payload": job.cache_payload})
         logger.info("tilex autotune: best %s (%.4f ms)\n%s", format_config(res.config), res.latency, res.table())
         return res
+
+    # -- a dynamic size: one kernel per configuration, a dispatch table per call
+    def _dynamic_dim(self, job) -> str | None:
+        """The name of the dynamic size the factory was called with (a ``T.dynamic`` variable named in
+        ``dynamic=``), or ``None`` (tune for the static sizes given)."""
+        if not self.dynamic:
+            return None
+        for v in list(job.args) + list(job.kwargs.values()):
+            if isinstance(v, tvm.tirx.Var) and v.name in self.dynamic:
+                return v.name
+        return None
+
+    def _run_dynamic(self, job, dim) -> TuneResult:
+        """Compile every configuration with `dim` symbolic, profile them at wave-aligned values of it, fit the
+        dispatch tables (or load them from the autotune cache) and return a TuneResult whose ``kernel`` is the
+        :class:`~tilex.autotuner.dispatch.DynamicKernel`."""
+        max_value = self.dynamic[dim]
+        key = self._key(job) if self.cache else None
+        report = self._compile_job(job)
+        if not report.compiled:
+            raise AutotuneError("tilex autotune: no configuration compiled:\n" + report.table(), report.results)
+        results = report.results
+        kernels = {r.index: r.kernel for r in results if r.status == COMPILED}
+        configs = {r.index: r.config for r in results}
+        funcs = {i: job.build_func(i) for i in kernels}
+        entry = acache.load(key) if key is not None else None
+        if entry is not None and "dispatch" in entry:
+            try:
+                shapes = {i: launch_shape(f) for i, f in funcs.items()}
+                dk = build_dynamic_kernel(kernels, configs, shapes, {}, {}, dim, max_value,
+                                          table_json=entry["dispatch"])
+                return self._dynamic_result(dk, results, key, entry.get("path"), from_cache=True)
+            except Exception as e:  # noqa: BLE001 - a stale entry: profile again
+                logger.warning("tilex autotune: cached dispatch table %s is unusable (%s); profiling again",
+                               entry.get("path"), e)
+        if not _cuda_available():
+            raise AutotuneError("tilex autotune: profiling a dynamic size needs a CUDA GPU (torch sees none)")
+        import torch
+
+        first = next(iter(kernels.values()))
+        supply = sized_supply(first.params, dim, max_value, self.supply or default_supply)
+        if self.ref_prog is not None and not self.skip_check:
+            self._check_dynamic(kernels, results, supply, min(max_value, 129))
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        bar = progress_bar(self.progress, None, f"tilex autotune: profile {dim}")
+        try:
+            shapes, capacities, samples = profile(kernels, funcs, dim, max_value, supply, sms,
+                                                  smem={r.index: r.smem for r in results}, progress=bar)
+        finally:
+            bar.close()
+        dk = build_dynamic_kernel(kernels, configs, shapes, capacities, samples, dim, max_value)
+        for r in results:
+            if r.index in samples:
+                r.status = OK
+                r.latency = min(ms for _, ms in samples[r.index])
+        path = None
+        if key is not None:
+            path = acache.save(key, {"dispatch": dk.table.to_json(), "payload": job.cache_payload,
+                                     "samples": {str(i): v for i, v in samples.items()}})
+        return self._dynamic_result(dk, results, key, path)
+
+    def _check_dynamic(self, kernels, results, supply, value):
+        """Run every kernel once at `value` against ``ref_prog``; wrong or failing ones are left out."""
+        import torch
+
+        inputs = supply(value)
+        ref = self.ref_prog(*inputs)
+        torch.cuda.synchronize()
+        for r in results:
+            if r.index not in kernels:
+                continue
+            try:
+                out = kernels[r.index](*inputs)
+                torch.cuda.synchronize()
+                reason, r.max_error = compare_outputs(out, ref, self.rtol, self.atol)
+                if reason:
+                    r.status, r.reason = WRONG, reason
+            except Exception as e:  # noqa: BLE001
+                r.status, r.reason, r.error = RUNTIME_ERROR, reason_of(e), error_text(e)
+            if r.status != COMPILED:
+                del kernels[r.index]
+        if not kernels:
+            raise AutotuneError("tilex autotune: no configuration worked:\n" + format_table(results), results)
+
+    @staticmethod
+    def _dynamic_result(dk, results, key, path, from_cache=False) -> TuneResult:
+        counts: dict = {}
+        for i in dk.table._choice[1:]:
+            counts[i] = counts.get(i, 0) + 1
+        best_index = max(counts, key=counts.get)
+        best = next(r for r in results if r.index == best_index)
+        if best.kernel is not None:
+            _label(best)
+        return TuneResult(best, results, from_cache=from_cache, cache_key=key, cache_path=path, dynamic=dk)
 
     def _from_cache(self, job, key) -> TuneResult | None:
         entry = acache.load(key)
@@ -505,6 +606,29 @@ class AutoTuner:
         logger.info("tilex autotune: cached best %s from %s", format_config(config), entry.get("path"))
         return TuneResult(best, results or [best], ref_latency=entry.get("ref_latency"), from_cache=True,
                           cache_key=key, cache_path=entry.get("path"))
+
+
+#: the largest value of a dynamic size the dispatch table covers when ``dynamic=`` names no bound
+DEFAULT_DYNAMIC_MAX = 16384
+
+
+def normalize_dynamic(dynamic) -> dict:
+    """``dynamic=`` as {size name: largest value tabulated}: a name, a list of names (bound
+    :data:`DEFAULT_DYNAMIC_MAX`) or a dict of bounds. One size at a time."""
+    if dynamic is None:
+        return {}
+    if isinstance(dynamic, str):
+        dynamic = [dynamic]
+    items = list(dynamic.items()) if isinstance(dynamic, dict) else [(n, DEFAULT_DYNAMIC_MAX) for n in dynamic]
+    for name, bound in items:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"tilex.autotune: dynamic= names sizes by their T.dynamic name, got {name!r}")
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+            raise ValueError(f"tilex.autotune: the bound of dynamic size '{name}' must be a positive int, got "
+                             f"{bound!r}")
+    if len(items) > 1:
+        raise ValueError(f"tilex.autotune: one dynamic size at a time, got {[n for n, _ in items]}")
+    return dict(items)
 
 
 def _label(best: ConfigResult):
@@ -575,7 +699,7 @@ class AutotunedFactory:
 def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol=1e-2, atol=1e-2, supply=None,
              skip_check=False, cache_input_tensors=True, max_workers=None, timeout=None, out_idx=None,
              target="auto", pass_configs=None, cache=True, progress=True, max_shared_memory=None,
-             parallel="auto", supply_prog=None):
+             parallel="auto", supply_prog=None, dynamic=None):
     """Decorator: tune a kernel factory over ``configs`` and return the best compiled kernel.
 
     ::
@@ -590,6 +714,11 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
     ``out_idx``, ``target``, ``pass_configs`` go to ``tilex.compile``; or stack ``@tilex.autotune(...)`` over
     ``@tilex.jit(out_idx=...)``, whose compile arguments the tuner then uses (arguments given here win). See
     :class:`AutoTuner` and the module docstring for the rest.
+
+    ``dynamic=["m"]`` (or ``{"m": largest value}``): when the factory is called with ``T.dynamic("m")`` for a
+    size, every configuration is compiled once with it symbolic, profiled at wave-aligned values of it, and the
+    result's kernel is a :class:`~tilex.autotuner.dispatch.DynamicKernel` that picks the configuration for each
+    call's value from WaveTune's tables (saved in the autotune cache).
     """
     if supply is not None and supply_prog is not None:
         raise TypeError("pass supply or supply_prog, not both")
@@ -599,7 +728,7 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
                           rep=rep, ref_prog=ref_prog, supply=supply if supply is not None else supply_prog,
                           rtol=rtol, atol=atol, skip_check=skip_check, cache_input_tensors=cache_input_tensors,
                           max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
-                          max_shared_memory=max_shared_memory, parallel=parallel)
+                          max_shared_memory=max_shared_memory, parallel=parallel, dynamic=dynamic)
         return AutotunedFactory(fn, tuner)
 
     if func is not None:

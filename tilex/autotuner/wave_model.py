@@ -106,6 +106,18 @@ class WaveModel:
         theta = self.coefficients.get(w)
         return float(_predict(self.extrapolation if theta is None else theta, grid, loops))
 
+    def predict_many(self, grid, loops) -> np.ndarray:
+        """:meth:`predict` over arrays of grid sizes and loop counts."""
+        grid = np.asarray(grid, dtype=np.float64)
+        loops = np.asarray(loops, dtype=np.float64)
+        w = np.ceil(grid / self.capacity).astype(np.int64)
+        out = _predict(self.extrapolation, grid, loops)
+        for wave, theta in self.coefficients.items():
+            here = w == wave
+            if here.any():
+                out = np.where(here, _predict(theta, grid, loops), out)
+        return out
+
     def micro_config(self, grid: int, loops: int):
         """The micro configuration of the loop anchor nearest `loops`, in this wave count (or the last measured
         one past them)."""

@@ -371,7 +371,8 @@ def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     `box` (extents innermost dimension first, one per dimension: (cols, rows) for a 2-d buffer); the kernel gets
     `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store_2d` (rank 2) or
     :func:`tma_load_1d`, :func:`tma_load_3d` .. :func:`tma_load_5d`; `swizzle_bytes` 0 (row-major box), 32, 64, 128."""
-    dims = [int(s) for s in reversed(buffer.shape)]  # innermost first
+    # innermost first; the outermost extent may be symbolic (encoded per call, as cuTensorMapEncodeTiled's uint64)
+    dims = [int(s) if isinstance(s, tirx.IntImm) else tirx.Cast("int64", s) for s in reversed(buffer.shape)]
     if len(box) != len(dims) or not 1 <= len(dims) <= 5:
         raise ValueError(f"encode_tensor_map: a {len(box)}-d box for a {len(dims)}-d buffer {buffer.name}")
     bytes_per = tvm.DataType(str(buffer.dtype)).bits // 8
@@ -379,6 +380,9 @@ def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     descriptor = "uint8" if bytes_per == 1 else str(buffer.dtype)
     strides, step = [], bytes_per
     for d in dims[:-1]:  # byte strides of dims 1 .. rank-1
+        if not isinstance(d, int):
+            raise ValueError(f"encode_tensor_map: {buffer.name} has a symbolic inner dimension; only the outermost "
+                             f"may be")
         step *= d
         strides.append(step)
     return [tirx.Bind(tmap, tirx_op.tvm_stack_alloca("tensormap", 1)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tilex.jit.dtypes import tvm_to_torch_dtype
+from tilex.jit.launcher import call_with_output, dtype_triple
 
 __all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "DATA_ALIGNMENT"]
 
@@ -120,6 +121,8 @@ class ArgChecker:
                     name = "an expression" if d is None else f"'{d[2]}'"
                     raise ValueError(f"tilex: cannot allocate output '{s.name}': its shape uses {name} "
                                      "that no input determines; pass it as an input instead")
+        # slots that size a buffer: a scalar bound to one must not be negative
+        self._size_slots = {d[1] for s in specs if s.kind == "buffer" for d in s.shape if isinstance(d, tuple)}
         # precomputed fast-path tables
         self._in_plan = [(s, pos) for pos, s in enumerate(self.inputs)]
         self._buf_plan = [(s, pos) for s, pos in self._in_plan if s.kind == "buffer"]
@@ -129,6 +132,84 @@ class ArgChecker:
 
         self._torch = torch
         self._single_output = len(self.outputs) == 1
+
+    # -- the fast path
+    def fast_call(self, fn):
+        """A function ``call(args) -> outputs`` that allocates the outputs and calls `fn` (the compiled module's
+        function) without this class's Python checks: TVM's generated host code checks the argument count, types,
+        dtypes, shapes, compactness, devices and symbolic bindings itself, so only what it does not check is done
+        here (data pointer alignment). ``call`` raises on bad arguments, with TVM's message or any other
+        exception; :meth:`prepare` then names the problem (``JITKernel.__call__`` falls back to it). ``None``
+        when the outputs have no input tensor to take their device from (such kernels always take the checked
+        path)."""
+        tensor_pos = tuple(pos for s, pos in self._buf_plan)
+        first = tensor_pos[0] if tensor_pos else None
+        place = {s.index: pos for s, pos in self._in_plan}
+        # where each symbolic slot is first bound: (input position, dimension) or (position, None) for a scalar
+        source = {}
+        for s, pos in self._in_plan:
+            for k, d in enumerate(s.shape):
+                if isinstance(d, tuple) and d[1] not in source:
+                    source[d[1]] = (pos, None if s.kind == "scalar" else k)
+        outs = []
+        for s in self.outputs:
+            recipe = tuple(d if d.__class__ is int else source[d[1]] for d in s.shape)
+            outs.append((recipe, s.torch_dtype))
+        trailing = self.out_idx == list(range(self.nparams - len(self.outputs), self.nparams))
+        order = tuple(("in", place[i]) if i in place else ("out", self.out_idx.index(i)) for i in range(self.nparams))
+        single = self._single_output
+
+        def misaligned(args):
+            for p in tensor_pos:
+                if args[p].data_ptr() & (DATA_ALIGNMENT - 1):
+                    return True
+            return False
+
+        if not outs:
+            def call(args):
+                if misaligned(args):
+                    raise ValueError("misaligned")
+                fn(*args)
+            return call
+
+        def shape_of(args, recipe):
+            return [d if d.__class__ is int else (args[d[0]] if d[1] is None else args[d[0]].shape[d[1]])
+                    for d in recipe]
+
+        if first is None:
+            return None
+        triple = dtype_triple(self.outputs[0].dtype) if single else None
+        shim = call_with_output() if triple is not None else None
+        if shim is not None:
+            # one crossing into C++: allocate the output there and call fn (tilex.jit.launcher)
+            (recipe, _), = outs
+            out_pos = self.out_idx[0]
+            if all(d.__class__ is int for d in recipe):
+                header = (fn, out_pos, len(recipe), *recipe, *triple)
+
+                def call(args):
+                    if misaligned(args):
+                        raise ValueError("misaligned")
+                    return shim(*header, *args)
+                return call
+
+            def call(args):
+                if misaligned(args):
+                    raise ValueError("misaligned")
+                return shim(fn, out_pos, len(recipe), *shape_of(args, recipe), *triple, *args)
+            return call
+
+        def call(args):
+            if misaligned(args):
+                raise ValueError("misaligned")
+            t0 = args[first]
+            made = [t0.new_empty(shape_of(args, recipe), dtype=dt) for recipe, dt in outs]
+            if trailing:
+                fn(*args, *made)
+            else:
+                fn(*[args[j] if kind == "in" else made[j] for kind, j in order])
+            return made[0] if single else tuple(made)
+        return call
 
     # -- construction helpers
     def _slot_of(self, var) -> int:
@@ -271,6 +352,8 @@ class ArgChecker:
                                 f"got {type(a).__name__}")
         d = s.shape[0]
         if isinstance(a, int) and not isinstance(a, bool):
+            if a < 0 and d[1] in self._size_slots:
+                raise self._err(ValueError, s, pos, f"'{s.name}' sizes a tensor and must not be negative, got {a}")
             self._bind(s, pos, d, a, bound, "value")
 
     @staticmethod

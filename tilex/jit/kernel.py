@@ -151,6 +151,7 @@ class JITKernel:
         self._symbol = self._checker.func_name
         warn_spills(self.resources, self._checker.func_name, stacklevel=3)
         self._fn = None
+        self._fast = None
 
     def _compile_source_only(self, use_cache: bool) -> KernelResources | None:
         """Run nvcc on the generated CUDA source of a source-only module (a machine without a GPU). Its report
@@ -189,9 +190,18 @@ class JITKernel:
         return self._fn
 
     def __call__(self, *args):
+        fast = self._fast
+        if fast is None:
+            fast = self._fast = self._checker.fast_call(self._get_function()) or False
+        if fast:
+            try:
+                return fast(args)
+            except Exception:
+                # name the problem (argument, expected vs got); arguments that pass every check re-raise the error
+                self._checker.prepare(args)
+                raise
         full, outs = self._checker.prepare(args)
-        fn = self._fn if self._fn is not None else self._get_function()
-        fn(*full)
+        self._get_function()(*full)
         return outs
 
     def check_args(self, *args):

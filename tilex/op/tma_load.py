@@ -54,9 +54,18 @@ def tma_bytes(dst: Region) -> int:
     return rows * cols * tvm.DataType(str(dst.buffer.dtype)).bits // 8
 
 
+def static_strides(gb) -> bool:
+    """Whether the global tensor `gb` is contiguous with every dimension but the outermost static: its strides are
+    then constants, and the outermost extent (a `T.symbolic` size, say) only bounds the tensor map, which the host
+    encodes from the call's shape."""
+    return all(isinstance(s, tirx.IntImm) for s in gb.shape[1:]) and not (gb.strides is not None
+                                                                          and len(gb.strides) > 0)
+
+
 def _global_ok(gb, bytes_per) -> bool:
-    """A static, contiguous global tensor whose byte strides (dims 0 .. rank-2) are multiples of 16."""
-    if any(not isinstance(s, tirx.IntImm) for s in gb.shape) or (gb.strides is not None and len(gb.strides) > 0):
+    """A contiguous global tensor with static strides (`static_strides`) that are multiples of 16 bytes (dims
+    0 .. rank-2)."""
+    if not static_strides(gb):
         return False
     stride = bytes_per
     for d in reversed([int(s) for s in gb.shape[1:]]):
@@ -117,13 +126,10 @@ def tma_tile_eligible(src: Region, dst: Region):
     bits = tvm.DataType(str(gb.dtype)).bits
     # 32-bit tiles: integer words only (packed low-bit codes, T.dequantize); float32 tiles keep their cp.async path
     words = bits == 32 and str(gb.dtype) in ("int32", "uint32")
-    if not (bits in (8, 16) or words) or any(not isinstance(s, tirx.IntImm) for s in gb.shape):
+    if not (bits in (8, 16) or words) or not static_strides(gb):
         return False
-    if gb.strides is not None and len(gb.strides) > 0:
-        return False
-    shape = [int(s) for s in gb.shape]
     stride = bits // 8
-    for d in reversed(shape[1:]):  # byte strides of dims rank-2 .. 0 (TMA: multiples of 16)
+    for d in reversed([int(s) for s in gb.shape[1:]]):  # byte strides of dims rank-2 .. 0 (TMA: multiples of 16)
         stride *= d
         if stride % 16:
             return False

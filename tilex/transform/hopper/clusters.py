@@ -79,7 +79,8 @@ def tile_group_size(producer, tags, extents, markers, grid, size):
     ``markers`` the kernel's rasterization markers."""
     if size == 1 or config.get("disable_tma_multicast", False) or "blockIdx.y" not in tags:
         return 1
-    if (extents["blockIdx.y"] % size or grid % size or (markers and markers[0][0] % size)
+    gy = extents["blockIdx.y"]
+    if ((isinstance(gy, int) and gy % size) or grid % size or (markers and markers[0][0] % size)
             or (markers and markers[0][1] != "row")):
         return 1
     shared = loads_not_depending_on(producer, tags["blockIdx.y"].node.var)

@@ -19,9 +19,10 @@ in segments of their K iterations (:mod:`.stream_k`).
 Otherwise: ``base`` is 0 and the attributes are removed (one block per tile, as before), and the kernel may run
 in row clusters along x (``tilex.cluster_size``, :mod:`.clusters`).
 
-A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has static x/y
-extents, more tiles than block slots, no ``blockIdx.z``, a trip count that does not depend on the block
-indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live across the
+A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has a static x
+extent and a static y extent with more tiles than block slots, or a y extent of kernel sizes alone (a
+``T.dynamic`` M: the grid is then every slot, stream-K is off, and a cluster's last group may hang past the
+grid), no ``blockIdx.z``, a trip count that does not depend on the block indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live across the
 tile loop, so MergeSharedMemoryAllocations gives it bytes of its own (the producer refills stages meanwhile).
 """
 from __future__ import annotations
@@ -128,9 +129,11 @@ def _plan(func, attrs, target):
     for tag in ("blockIdx.x", "blockIdx.y"):
         if tag in tags:
             v = tags[tag].value
-            if not isinstance(v, tirx.IntImm):
+            # blockIdx.y may be symbolic (a T.dynamic size): the grid then covers every slot, and blocks left
+            # without a tile run no iteration of their tile loop
+            if not isinstance(v, tirx.IntImm) and (tag == "blockIdx.x" or not _symbolic_rows_ok(v)):
                 return None
-            extents[tag] = int(v.value)
+            extents[tag] = int(v.value) if isinstance(v, tirx.IntImm) else v
         else:
             extents[tag] = 1
     block_vars = {tags[t].node.var for t in ("blockIdx.x", "blockIdx.y") if t in tags}
@@ -138,15 +141,16 @@ def _plan(func, attrs, target):
         return None
     sms = int(config.get("num_sms", 0) or num_sms(_arch(target)))
     slots = sms * _blocks_per_sm(func.body)
+    symbolic = not isinstance(extents["blockIdx.y"], int)
     tiles = extents["blockIdx.x"] * extents["blockIdx.y"]
-    if tiles <= slots:
+    if not symbolic and tiles <= slots:
         return None
     split = [s for s in clusters.launch_items(chain) if is_role_split(s)]
     if len(split) != 1:
         return None
     # (shared memory the consumer touches outside its pipeline loop is live across the whole tile loop, so it
     # never shares bytes with a stage; tests/transform/test_persistent_tiles.py checks the offsets)
-    grid = min(slots, tiles)
+    grid = slots if symbolic else min(slots, tiles)
     # clusters need a grid of whole clusters: drop the few slots left over
     asked = clusters.persistent_cluster_size() if _multicast_ok(target) else 1
     size = clusters.tile_group_size(split[0].then_case, tags, extents, find_markers(func.body),
@@ -154,9 +158,14 @@ def _plan(func, attrs, target):
     grid -= grid % size
     cons = split[0].else_case
     items = seq_items(_consumer_parts(cons)[1])
-    sk = stream_k_plan(items, _loop_indices(items), tiles // size, grid // size, int(cons.value),
-                       tags["threadIdx.x"].node.var, attrs[0].value)
+    sk = None if symbolic else stream_k_plan(items, _loop_indices(items), tiles // size, grid // size,
+                                             int(cons.value), tags["threadIdx.x"].node.var, attrs[0].value)
     return PersistentPlan(chain, tags, extents, grid, size, sk)
+
+
+def _symbolic_rows_ok(extent) -> bool:
+    """A symbolic grid height persistence can take: one that only kernel parameters (sizes) determine."""
+    return not any(v.name.startswith(("blockIdx", "threadIdx")) for v in clusters.free_vars(extent))
 
 
 def _is_reg_alloc(stmt):
@@ -178,21 +187,23 @@ def _rewrite(plan):
     markers = find_markers(chain[0])
     panel, order = markers[0] if markers else (None, None)
     gx, gy = plan.extents["blockIdx.x"], plan.extents["blockIdx.y"]
-    tiles = gx * gy
+    # a symbolic height may be odd: its last group then has rows past the grid, whose loads read zeros (TMA
+    # fills boxes outside the tensor) and whose stores the epilogue's bounds checks drop
+    groups = gy // size if isinstance(gy, int) else tirx.floordiv(gy + (size - 1), size)
     pid = tirx.Var("blockIdx_x", "int32")
     bx_var = tags["blockIdx.x"].node.var
     by_var = tags["blockIdx.y"].node.var if "blockIdx.y" in tags else None
     rank = tirx.floormod(pid, size)
     # a worker is a block, or a cluster of `size` blocks on a group of tiles; units are what a worker takes on
     w = Workers(grid=grid, pid=pid, size=size, rank=rank, worker=tirx.floordiv(pid, size) if clustered else pid,
-                units=tiles // size, workers=grid // size)
+                units=gx * groups, workers=grid // size)
 
     def coords(unit):
         hx, hy = tirx.floormod(unit, gx), tirx.floordiv(unit, gx)
         if clustered:
             # group q covers rows s*q .. s*q + s-1 of one block column
             if panel is not None:
-                bx, q = swizzled_block_index(hx, hy, gx, gy // size, panel // size, order)
+                bx, q = swizzled_block_index(hx, hy, gx, groups, panel // size, order)
             else:
                 bx, q = hx, hy
             by = q * size + rank

@@ -1,0 +1,181 @@
+"""Dynamic shapes: runtime selection over M (WaveTune's tables, `tilex.autotune(..., dynamic={"m": ...})`) against
+the exhaustive per-M oracle, the best single configuration and cuBLAS; and the host time of a call.
+
+    python benchmarks/bench_dynamic.py --part select     # dynamic-M GEMM, N = K = 8192 and N = 28672, K = 8192
+    python benchmarks/bench_dynamic.py --part overhead   # host time per call of a tiny kernel vs torch.add
+
+Every ratio is measured in one process (`tilex.autotuner.do_bench`, L2 flushed).
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+import tilex
+import tilex.language as T
+from tilex.autotuner import AutoTuner, do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_gemm import CONFIGS, program  # noqa: E402
+
+# every GEMM config of bench_gemm that computes C = A @ B from scratch (split-K adds into C; stream-K is a pass
+# config, not a program parameter)
+DYNAMIC_CONFIGS = [c for c in CONFIGS if not (len(c) > 6 and c[6] > 1) and not (len(c) > 8 and c[8])]
+
+
+def gemm(M, N, K, cfg):
+    """The factory the tuner calls: one of bench_gemm's programs, chosen by `cfg`."""
+    return program(M, N, K, "float16", cfg)
+
+
+def geomean(xs):
+    return math.exp(sum(math.log(x) for x in xs) / len(xs))
+
+
+def test_values(count, lo, hi, exclude, seed=0):
+    """`count` values log-uniform in [lo, hi], none of them in `exclude` (the profiled values)."""
+    rng = np.random.default_rng(seed)
+    out = set()
+    while len(out) < count:
+        v = int(round(math.exp(rng.uniform(math.log(lo), math.log(hi)))))
+        if lo <= v <= hi and v not in exclude:
+            out.add(v)
+    return sorted(out)
+
+
+def select(N, K, max_m, count, rep):
+    print(f"\n## dynamic M, N = {N}, K = {K}: {len(DYNAMIC_CONFIGS)} configs, M in [1, {max_m}]", flush=True)
+    tuner = AutoTuner(gemm, [{"cfg": c} for c in DYNAMIC_CONFIGS], out_idx=-1, ref_prog=lambda a, b: a @ b,
+                      dynamic={"m": max_m}, cache=False, progress=False)
+    t0 = time.time()
+    res = tuner.run(T.dynamic("m"), N, K)
+    tuning_s = time.time() - t0
+    dk = res.kernel
+    profiled = {v for points in dk.samples.values() for v, _ in points}
+    print(f"tuning (compile + profile): {tuning_s:.1f} s; profiled values per macro config: "
+          f"{sorted(profiled)[:8]}... ({len(profiled)} distinct); table {dk.table.nbytes()} bytes", flush=True)
+    values = test_values(count, 1, max_m, profiled)
+    a_max = torch.randn(max_m, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    live = [i for i, k in enumerate(dk.kernels) if k is not None]
+    rows = []
+    for m in values:
+        a = a_max[:m]
+        t_cublas = do_bench(lambda: a @ b, 5, rep)
+        t_dyn = do_bench(lambda: dk(a, b), 5, rep)
+        per = {i: do_bench(lambda k=dk.kernels[i]: k(a, b), 5, rep) for i in live}
+        oracle = min(per, key=per.get)
+        rows.append((m, t_cublas, t_dyn, per, oracle, dk.choose(m)))
+        print(f"M={m:5d}: cuBLAS {t_cublas:.4f} ms, selected #{dk.choose(m)} {t_dyn:.4f} ms, oracle #{oracle} "
+              f"{per[oracle]:.4f} ms -> selected/oracle {per[oracle] / t_dyn:.3f}, cuBLAS/selected "
+              f"{t_cublas / t_dyn:.3f}", flush=True)
+    single = {i: geomean([r[3][i] / r[3][r[4]] for r in rows]) for i in live}
+    best_single = min(single, key=single.get)
+    vs_oracle = geomean([r[3][r[4]] / r[2] for r in rows])
+    vs_single = geomean([r[3][best_single] / r[2] for r in rows])
+    vs_cublas = geomean([r[1] / r[2] for r in rows])
+    oracle_vs_cublas = geomean([r[1] / r[3][r[4]] for r in rows])
+    print(f"\nN={N} K={K}: selection / oracle {vs_oracle:.3f} (target >= 0.95), selection / best single config "
+          f"(#{best_single} {DYNAMIC_CONFIGS[best_single]}) {vs_single:.3f} (>= 1.15), cuBLAS / selection "
+          f"{vs_cublas:.3f} (>= 1.0; the oracle's: {oracle_vs_cublas:.3f}); tables {dk.table.nbytes()} bytes",
+          flush=True)
+    # the decision alone: reading the size and the table lookup, per call
+    a = a_max[:777]
+    n = 200000
+    t = time.perf_counter()
+    for _ in range(n):
+        dk.kernel_for(a.shape[0])
+    decide_us = (time.perf_counter() - t) / n * 1e6
+    print(f"decision per call: {decide_us:.2f} us (size read + table lookup)", flush=True)
+    return vs_oracle, vs_single, vs_cublas, tuning_s
+
+
+# ---- host time per call ------------------------------------------------------------------------------------------
+def add_program(n, block=256):
+    @T.prim_func
+    def main(A: T.Tensor((n,), "float32"), B: T.Tensor((n,), "float32"), C: T.Tensor((n,), "float32")):
+        with T.Kernel(T.ceildiv(n, block), threads=block) as bx:
+            for i in T.Parallel(block):
+                if bx * block + i < n:
+                    C[bx * block + i] = A[bx * block + i] + B[bx * block + i]
+    return main
+
+
+def host_us(f, n=20000, rounds=5):
+    """Host time per call: `n` back-to-back calls of a kernel too small for the GPU to be the bottleneck."""
+    for _ in range(500):
+        f()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        for _ in range(n):
+            f()
+        torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t) / n * 1e6)
+    return best
+
+
+def overhead():
+    n = 4096
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    static = tilex.compile(add_program(n), out_idx=-1)
+    dynamic = tilex.compile(add_program(T.dynamic("n")), out_idx=-1)
+    tuner = AutoTuner(add_program, [{"block": b} for b in (128, 256, 512)], out_idx=-1,
+                      ref_prog=lambda a, b: a + b, dynamic={"n": 1 << 20}, cache=False, progress=False)
+    selected = tuner.run(T.dynamic("n")).kernel
+    for k in (static, dynamic, selected):
+        torch.testing.assert_close(k(x, y), x + y)
+    res = {"torch.add": host_us(lambda: torch.add(x, y))}
+    res["tilex, static shape"] = host_us(lambda: static(x, y))
+    res["tilex, dynamic shape"] = host_us(lambda: dynamic(x, y))
+    res["tilex, dynamic + runtime selection"] = host_us(lambda: selected(x, y))
+    try:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def _add(a, b, c, n, BLOCK: tl.constexpr):
+            i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+            tl.store(c + i, tl.load(a + i, mask=i < n) + tl.load(b + i, mask=i < n), mask=i < n)
+
+        def tri():
+            c = torch.empty_like(x)
+            _add[(triton.cdiv(n, 256),)](x, y, c, n, BLOCK=256)
+            return c
+        res["triton"] = host_us(tri)
+    except ImportError:
+        pass
+    print("\n| call | host us per call | / torch.add |\n| --- | --- | --- |")
+    for k, v in res.items():
+        print(f"| {k} | {v:.2f} | {v / res['torch.add']:.2f} |")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--part", choices=["select", "overhead", "all"], default="all")
+    p.add_argument("--max-m", type=int, default=16384)
+    p.add_argument("--count", type=int, default=40)
+    p.add_argument("--rep", type=float, default=30)
+    p.add_argument("--shapes", default="8192x8192,28672x8192")
+    args = p.parse_args()
+    if args.part in ("overhead", "all"):
+        overhead()
+    if args.part in ("select", "all"):
+        out = []
+        for s in args.shapes.split(","):
+            N, K = map(int, s.split("x"))
+            out.append((s, *select(N, K, args.max_m, args.count, args.rep)))
+        print("\n| N x K | selection / oracle | selection / best single | cuBLAS / selection | tuning s |")
+        print("| --- | --- | --- | --- | --- |")
+        for s, a, b, c, t in out:
+            print(f"| {s} | {a:.3f} | {b:.3f} | {c:.3f} | {t:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
