@@ -55,10 +55,12 @@ def test_launch_shape_reads_grid_loops_and_threads(shapes):
 
 def test_macro_groups_and_wave_aligned_samples(shapes):
     assert macro_groups(shapes, "m", MAX) == [[0, 1], [2], [3]]
-    vals = sample_values(shapes[0], "m", MAX, SMS, max_waves=3, per_wave=2)
+    vals = sample_values(shapes[0], "m", MAX, SMS, max_waves=3, per_wave=2, anchors=0)
     grids = [shapes[0].at(m=v)[0] for v in vals]
     assert vals[0] == 1 and grids == sorted(grids) and max(vals) <= MAX
     assert {waves(g, SMS) for g in grids} == {1, 2, 3}
+    far = sample_values(shapes[0], "m", MAX, SMS, max_waves=3, per_wave=2, anchors=2)
+    assert far[:len(vals)] == vals and len(far) == len(vals) + 2 and far[-1] == MAX  # geometric far anchors
 
 
 def test_blocks_per_sm_limits():

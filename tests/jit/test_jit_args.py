@@ -190,33 +190,34 @@ def test_fast_call_allocates_outputs_and_orders_arguments(monkeypatch):
     """The fast path hands the compiled function the inputs and the outputs it allocates in parameter order, the
     outputs shaped from the inputs' symbolic dimensions; a misaligned tensor makes it raise (the kernel then falls
     back to the checked path). (Here the outputs are allocated in Python: the C++ call is tested below.)"""
-    monkeypatch.setattr("tilex.jit.args.call_with_output", lambda: None)
+    monkeypatch.setattr("tilex.jit.args.caller_factory", lambda: None)
     seen = []
     c = ArgChecker(jit_kernels.mixed(), out_idx=2)  # mixed_k(A: (m, k), W: (k, n), O: (m, n), k)
     call = c.fast_call(lambda *a: seen.append(a))
     A = torch.zeros(5, 8, dtype=torch.float16)
     W = torch.zeros(8, 64, dtype=torch.bfloat16)
-    out = call((A, W, 8))
+    out = call(A, W, 8)
     assert len(seen) == 1 and seen[0][0] is A and seen[0][1] is W and seen[0][2] is out and seen[0][3] == 8
     assert out.shape == (5, 64) and out.dtype == torch.float32
     base = torch.zeros(5 * 8 + 1, dtype=torch.float16)
     with pytest.raises(ValueError):
-        call((base[1:].view(5, 8), W, 8))
+        call(base[1:].view(5, 8), W, 8)
     two = ArgChecker(jit_kernels.vec_add(128), out_idx=[2, 0]).fast_call(lambda *a: seen.append(a))
     b = torch.zeros(128)
-    c_out, a_out = two((b,))
+    c_out, a_out = two(b)
     assert seen[-1] == (a_out, b, c_out)
 
 
 def test_fast_call_through_cpp_allocates_in_one_crossing():
-    """With the C++ call (tilex.jit.launcher, built here with the host compiler), the output is allocated by the
+    """With the C++ caller (tilex.jit.launcher, built here with the host compiler), the output is allocated by the
     allocator tvm-ffi installs for torch tensors and comes back as a torch.Tensor; the compiled function gets it
-    at its parameter position, shaped from the symbolic dimensions."""
+    at its parameter position, shaped from the symbolic dimensions; a misaligned tensor or a wrong argument count
+    is refused (the kernel then names the problem through the checked path)."""
     import tvm_ffi
 
-    from tilex.jit.launcher import call_with_output
+    from tilex.jit.launcher import caller_factory
 
-    if call_with_output() is None:
+    if caller_factory() is None:
         pytest.skip("no host C++ compiler to build the C++ call path")
     seen = []
 
@@ -227,12 +228,18 @@ def test_fast_call_through_cpp_allocates_in_one_crossing():
     call = c.fast_call(tvm_ffi.convert(fn))
     A = torch.zeros(5, 8, dtype=torch.float16)
     W = torch.zeros(8, 64, dtype=torch.bfloat16)
-    out = call((A, W, 8))
+    out = call(A, W, 8)
     assert isinstance(out, torch.Tensor) and out.shape == (5, 64) and out.dtype == torch.float32
     a_ptr, w_ptr, o, k = seen[0]
     assert (a_ptr, w_ptr, k) == (A.data_ptr(), W.data_ptr(), 8) and o.data_ptr() == out.data_ptr()
     static = ArgChecker(jit_kernels.vec_add(128), out_idx=0).fast_call(tvm_ffi.convert(
         lambda a, b, c: seen.append((torch.from_dlpack(a).data_ptr(), torch.from_dlpack(b).data_ptr()))))
     b, c2 = torch.zeros(128), torch.zeros(128)
-    a_out = static((b, c2))
+    a_out = static(b, c2)
     assert seen[-1] == (a_out.data_ptr(), b.data_ptr()) and a_out.shape == (128,)
+    with pytest.raises(ValueError, match="misaligned"):
+        static(torch.zeros(129)[1:], c2)
+    none = ArgChecker(jit_kernels.vec_add(128)).fast_call(tvm_ffi.convert(lambda a, b, c: seen.append("none")))
+    assert none(b, c2, b) is None and seen[-1] == "none"
+    with pytest.raises(TypeError, match="number of arguments"):
+        none(b, c2)

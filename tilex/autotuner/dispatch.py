@@ -51,10 +51,11 @@ def macro_groups(shapes: list[LaunchShape], dim: str, max_value: int) -> list[li
 
 
 def sample_values(shape: LaunchShape, dim: str, max_value: int, capacity: int, max_waves: int,
-                  per_wave: int) -> list[int]:
+                  per_wave: int, anchors: int = 3) -> list[int]:
     """Values of `dim` to profile a macro configuration at: for each wave-aligned grid size
     (:func:`~tilex.autotuner.wave_model.wave_aligned_grids`), the largest value whose grid does not exceed it,
-    plus the value 1; only values up to `max_value`."""
+    plus the value 1; then `anchors` values spaced geometrically from past the last of those to `max_value` (the
+    extrapolation's far points: a kernel's cost per wave drifts over many waves, as operands stop fitting in L2)."""
     values = np.arange(1, max_value + 1, dtype=np.int64)
     grids, _ = shape.at_many(**{dim: values})
     out = {1}
@@ -62,6 +63,10 @@ def sample_values(shape: LaunchShape, dim: str, max_value: int, capacity: int, m
         i = int(np.searchsorted(grids, target, side="right")) - 1  # grids never shrink as the size grows
         if i >= 0:
             out.add(int(values[i]))
+    last = max(out)
+    if anchors > 0 and last < max_value:
+        for v in np.geomspace(last, max_value, anchors + 1)[1:]:
+            out.add(int(round(v)))
     return sorted(out)
 
 

@@ -55,16 +55,18 @@ from typing import Any
 import tvm
 
 from tilex import env
+from tilex.ir.hardware import num_sms
 from tilex.jit import cache as kcache
 from tilex.jit import compile as compile_kernel
 
 from . import bench, smem
 from . import cache as acache
+from .cost_model import CostModel, MeasurementDB, program_features
 from .dynamic import build_dynamic_kernel, profile, sized_supply
 from .inputs import as_list, compare_outputs, default_supply
 from .launch_shape import launch_shape
-from .results import (COMPILED, OK, RUNTIME_ERROR, WRONG, AutotuneError, CompileReport, ConfigResult, TuneResult,
-                      error_text, format_config, format_table, reason_of)
+from .results import (COMPILED, OK, RUNTIME_ERROR, SKIPPED, WRONG, AutotuneError, CompileReport, ConfigResult,
+                      TuneResult, error_text, format_config, format_table, reason_of)
 from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, load_kernels,
                       progress_bar, unwrap_factory)
 
@@ -142,7 +144,7 @@ class AutoTuner:
     def __init__(self, factory, configs, *, out_idx=None, target="auto", pass_configs=None, warmup=25, rep=100,
                  ref_prog=None, supply=None, rtol=1e-2, atol=1e-2, skip_check=False, cache_input_tensors=True,
                  max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
-                 parallel="auto", dynamic=None):
+                 parallel="auto", dynamic=None, top_k=None, record=True, cost_db=None):
         if configs is None:
             raise ValueError("tilex.autotune: configs is required (a list of dicts, a dict of lists, or a callable)")
         inner = unwrap_factory(factory)
@@ -168,6 +170,11 @@ class AutoTuner:
         self.set_tune_args(max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
                            max_shared_memory=max_shared_memory, parallel=parallel)
         self.dynamic = normalize_dynamic(dynamic)
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"tilex.autotune: top_k must be a positive int, got {top_k!r}")
+        self.top_k = top_k
+        self.record = record
+        self.cost_db = cost_db  # a MeasurementDB path; None: the autotune cache directory's
 
     # -- TileLang-style builder API
     @classmethod
@@ -413,6 +420,9 @@ class AutoTuner:
         shared: dict = {}  # input signature -> (inputs, ref outputs)
         ref_latency = None
         todo = [r for r in results if r.status == COMPILED]
+        features = self._features(report, todo) if (self.top_k or self.record) else {}
+        if self.top_k and len(todo) > self.top_k:
+            todo = self._rank(report, todo, features)
         bar = progress_bar(self.progress, len(todo), "tilex autotune: bench")
         best = None
         try:
@@ -457,10 +467,63 @@ class AutoTuner:
                 bar.update(1)
         finally:
             bar.close()
+        if self.record and features:
+            try:
+                self._db().add(self._problem_key(report.job), [(r.config, features[r.index], r.latency)
+                                                               for r in results if r.ok and r.index in features])
+            except OSError as e:
+                logger.info("tilex autotune: measurements not recorded (%s)", e)
         if best is None:
             raise AutotuneError("tilex autotune: no configuration worked:\n" + format_table(results), results)
         _label(best)
         return TuneResult(best, results, ref_latency=ref_latency)
+
+    # -- the cost model (tilex.autotuner.cost_model)
+    def _db(self):
+        return MeasurementDB(self.cost_db)
+
+    @staticmethod
+    def _problem_key(job) -> str:
+        try:
+            return acache.make_key({"factory": f"{getattr(job.factory, '__module__', '?')}."
+                                               f"{getattr(job.factory, '__qualname__', '?')}",
+                                    "args": list(job.args), "kwargs": job.kwargs, "target": str(job.target),
+                                    "device": _device_name()})
+        except acache.UnstableKeyError:
+            return repr((job.args, job.kwargs))
+
+    def _features(self, report, todo) -> dict:
+        """Static features per compiled configuration (index -> dict), where they can be computed."""
+        try:
+            sms = num_sms(env.target_arch(report.job.target))
+        except Exception:  # noqa: BLE001
+            sms = 132
+        out = {}
+        for r in todo:
+            try:
+                res = r.kernel.resources
+                out[r.index] = program_features(report.job.build_func(r.index), r.config, report.job.args,
+                                                res.registers if res is not None else None, r.smem, sms)
+            except Exception as e:  # noqa: BLE001 - a symbolic or unusual program: no features, no record
+                logger.debug("tilex autotune: no features for configuration %d: %s", r.index, e)
+        return out
+
+    def _rank(self, report, todo, features):
+        """The `top_k` configurations of `todo` the cost model ranks fastest (all of them when the database holds
+        too few other problems to train on); the rest are skipped with that reason."""
+        problem = self._problem_key(report.job)
+        records = self._db().load()
+        others = {r["problem"] for r in records} - {problem}
+        if len(others) < MIN_PROBLEMS_TO_RANK or any(r.index not in features for r in todo):
+            logger.info("tilex autotune: measuring every configuration (the measurement database has %d other "
+                        "problems; the cost model needs %d)", len(others), MIN_PROBLEMS_TO_RANK)
+            return todo
+        model = CostModel().fit(records, exclude={problem})
+        order = model.rank([features[r.index] for r in todo])
+        keep = [todo[i] for i in order[:self.top_k]]
+        for i in order[self.top_k:]:
+            todo[i].status, todo[i].reason = SKIPPED, f"ranked below the top {self.top_k} by the cost model"
+        return keep
 
     # -- both phases + the cache
     def run(self, *args, **kwargs) -> TuneResult:
@@ -608,6 +671,9 @@ class AutoTuner:
                           cache_key=key, cache_path=entry.get("path"))
 
 
+#: problems (other than the one being tuned) the measurement database must hold before ``top_k`` trusts the model
+MIN_PROBLEMS_TO_RANK = 8
+
 #: the largest value of a dynamic size the dispatch table covers when ``dynamic=`` names no bound
 DEFAULT_DYNAMIC_MAX = 16384
 
@@ -699,7 +765,7 @@ class AutotunedFactory:
 def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol=1e-2, atol=1e-2, supply=None,
              skip_check=False, cache_input_tensors=True, max_workers=None, timeout=None, out_idx=None,
              target="auto", pass_configs=None, cache=True, progress=True, max_shared_memory=None,
-             parallel="auto", supply_prog=None, dynamic=None):
+             parallel="auto", supply_prog=None, dynamic=None, top_k=None, record=True, cost_db=None):
     """Decorator: tune a kernel factory over ``configs`` and return the best compiled kernel.
 
     ::
@@ -719,6 +785,11 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
     size, every configuration is compiled once with it symbolic, profiled at wave-aligned values of it, and the
     result's kernel is a :class:`~tilex.autotuner.dispatch.DynamicKernel` that picks the configuration for each
     call's value from WaveTune's tables (saved in the autotune cache).
+
+    Every benchmark run is recorded in a local measurement database (``record``; ``cost_db`` names its file,
+    default ``<autotune cache>/measurements.jsonl``). ``top_k=5`` measures only the five configurations an XGBoost
+    cost model trained on that database ranks fastest (:mod:`tilex.autotuner.cost_model`; all of them until it
+    holds measurements of a few other problems).
     """
     if supply is not None and supply_prog is not None:
         raise TypeError("pass supply or supply_prog, not both")
@@ -728,7 +799,8 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
                           rep=rep, ref_prog=ref_prog, supply=supply if supply is not None else supply_prog,
                           rtol=rtol, atol=atol, skip_check=skip_check, cache_input_tensors=cache_input_tensors,
                           max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
-                          max_shared_memory=max_shared_memory, parallel=parallel, dynamic=dynamic)
+                          max_shared_memory=max_shared_memory, parallel=parallel, dynamic=dynamic, top_k=top_k,
+                          record=record, cost_db=cost_db)
         return AutotunedFactory(fn, tuner)
 
     if func is not None:

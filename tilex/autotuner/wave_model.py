@@ -6,8 +6,9 @@ blocks per SM), the launch runs in w = ceil(G / capacity) waves. Within one wave
 
     T(G, L) = alpha * G * L + beta * G + gamma * L + delta
 
-and it jumps where w changes. A :class:`WaveModel` holds one coefficient tuple per wave count it was measured at,
-plus one fitted over its last waves for larger grids (extrapolation), and per (wave, loop anchor) the micro
+and it jumps where w changes. A :class:`WaveModel` holds one coefficient tuple per wave count it was measured at
+(at two grid sizes or more), plus one fitted over its last measured waves for the others (extrapolation; far
+anchors sampled at a single grid size each feed only that fit), and per (wave, loop anchor) the micro
 configuration that measured best there. :class:`WaveTable` holds one model per macro configuration (the tile
 shape, which sets G and L) and picks, for a call's (G, L) per macro config, the one with the least predicted
 latency, then the micro configuration of the nearest loop anchor: a few multiply-adds and two lookups.
@@ -92,7 +93,8 @@ class WaveModel:
             chosen.setdefault(w, []).extend((g, loops, t) for g, t in points)
         for w, pts in chosen.items():
             g, l, t = zip(*pts)
-            model.coefficients[w] = fit_bilinear(g, l, t)
+            if len(set(g)) > 1:  # a wave sampled at one grid size (a far anchor) is left to the extrapolation
+                model.coefficients[w] = fit_bilinear(g, l, t)
             loop_list = sorted(anchors[w])
             model.micro[w] = (loop_list, [anchors[w][x] for x in loop_list])
         tail = sorted(chosen)[-tail_waves:]
@@ -119,11 +121,11 @@ class WaveModel:
         return out
 
     def micro_config(self, grid: int, loops: int):
-        """The micro configuration of the loop anchor nearest `loops`, in this wave count (or the last measured
-        one past them)."""
+        """The micro configuration of the loop anchor nearest `loops`, in this wave count (or the nearest measured
+        one)."""
         w = waves(grid, self.capacity)
         if w not in self.micro:
-            w = max(self.micro)
+            w = min(self.micro, key=lambda m: (abs(m - w), m))
         anchors, configs = self.micro[w]
         i = bisect.bisect_left(anchors, loops)
         if i == len(anchors) or (i > 0 and loops - anchors[i - 1] <= anchors[i] - loops):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tilex.jit.dtypes import tvm_to_torch_dtype
-from tilex.jit.launcher import call_with_output, dtype_triple
+from tilex.jit.launcher import caller_factory, dtype_triple, encode_recipe
 
 __all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "DATA_ALIGNMENT"]
 
@@ -135,13 +135,14 @@ class ArgChecker:
 
     # -- the fast path
     def fast_call(self, fn):
-        """A function ``call(args) -> outputs`` that allocates the outputs and calls `fn` (the compiled module's
+        """A function ``call(*args) -> outputs`` that allocates the outputs and calls `fn` (the compiled module's
         function) without this class's Python checks: TVM's generated host code checks the argument count, types,
         dtypes, shapes, compactness, devices and symbolic bindings itself, so only what it does not check is done
         here (data pointer alignment). ``call`` raises on bad arguments, with TVM's message or any other
-        exception; :meth:`prepare` then names the problem (``JITKernel.__call__`` falls back to it). ``None``
-        when the outputs have no input tensor to take their device from (such kernels always take the checked
-        path)."""
+        exception; :meth:`prepare` then names the problem (``JITKernel.__call__`` falls back to it). Kernels with
+        no output or one output go through the C++ caller (:mod:`tilex.jit.launcher`) where it could be built.
+        ``None`` when the outputs have no input tensor to take their device from (such kernels always take the
+        checked path)."""
         tensor_pos = tuple(pos for s, pos in self._buf_plan)
         first = tensor_pos[0] if tensor_pos else None
         place = {s.index: pos for s, pos in self._in_plan}
@@ -155,6 +156,11 @@ class ArgChecker:
         for s in self.outputs:
             recipe = tuple(d if d.__class__ is int else source[d[1]] for d in s.shape)
             outs.append((recipe, s.torch_dtype))
+        if outs and first is None:
+            return None
+        caller = self._cpp_caller(fn, outs)
+        if caller is not None:
+            return caller
         trailing = self.out_idx == list(range(self.nparams - len(self.outputs), self.nparams))
         order = tuple(("in", place[i]) if i in place else ("out", self.out_idx.index(i)) for i in range(self.nparams))
         single = self._single_output
@@ -166,7 +172,7 @@ class ArgChecker:
             return False
 
         if not outs:
-            def call(args):
+            def call(*args):
                 if misaligned(args):
                     raise ValueError("misaligned")
                 fn(*args)
@@ -176,30 +182,7 @@ class ArgChecker:
             return [d if d.__class__ is int else (args[d[0]] if d[1] is None else args[d[0]].shape[d[1]])
                     for d in recipe]
 
-        if first is None:
-            return None
-        triple = dtype_triple(self.outputs[0].dtype) if single else None
-        shim = call_with_output() if triple is not None else None
-        if shim is not None:
-            # one crossing into C++: allocate the output there and call fn (tilex.jit.launcher)
-            (recipe, _), = outs
-            out_pos = self.out_idx[0]
-            if all(d.__class__ is int for d in recipe):
-                header = (fn, out_pos, len(recipe), *recipe, *triple)
-
-                def call(args):
-                    if misaligned(args):
-                        raise ValueError("misaligned")
-                    return shim(*header, *args)
-                return call
-
-            def call(args):
-                if misaligned(args):
-                    raise ValueError("misaligned")
-                return shim(fn, out_pos, len(recipe), *shape_of(args, recipe), *triple, *args)
-            return call
-
-        def call(args):
+        def call(*args):
             if misaligned(args):
                 raise ValueError("misaligned")
             t0 = args[first]
@@ -210,6 +193,23 @@ class ArgChecker:
                 fn(*[args[j] if kind == "in" else made[j] for kind, j in order])
             return made[0] if single else tuple(made)
         return call
+
+    def _cpp_caller(self, fn, outs):
+        """The C++ caller of `fn` (no output, or one whose dtype it allocates), or None."""
+        if len(outs) > 1:
+            return None
+        if outs:
+            triple = dtype_triple(self.outputs[0].dtype)
+            recipe = encode_recipe(outs[0][0])
+            if triple is None or recipe is None:
+                return None
+            header = (self.out_idx[0], len(recipe), *recipe, *triple)
+        else:
+            header = (-1, 0, 0, 0, 0)
+        factory = caller_factory()
+        if factory is None:
+            return None
+        return factory(fn, len(self.inputs), *header)
 
     # -- construction helpers
     def _slot_of(self, var) -> int:

@@ -151,7 +151,7 @@ class JITKernel:
         self._symbol = self._checker.func_name
         warn_spills(self.resources, self._checker.func_name, stacklevel=3)
         self._fn = None
-        self._fast = None
+        self._call = self._first_call
 
     def _compile_source_only(self, use_cache: bool) -> KernelResources | None:
         """Run nvcc on the generated CUDA source of a source-only module (a machine without a GPU). Its report
@@ -190,16 +190,21 @@ class JITKernel:
         return self._fn
 
     def __call__(self, *args):
-        fast = self._fast
-        if fast is None:
-            fast = self._fast = self._checker.fast_call(self._get_function()) or False
-        if fast:
-            try:
-                return fast(args)
-            except Exception:
-                # name the problem (argument, expected vs got); arguments that pass every check re-raise the error
-                self._checker.prepare(args)
-                raise
+        try:
+            return self._call(*args)
+        except Exception:
+            # name the problem (argument, expected vs got); arguments that pass every check re-raise the error
+            self._checker.prepare(args)
+            raise
+
+    def _first_call(self, *args):
+        """Pick the call path on the first call (the compiled function is loaded then): the fast path of
+        :meth:`ArgChecker.fast_call`, or the checked one."""
+        fast = self._checker.fast_call(self._get_function())
+        self._call = fast if fast is not None else self._checked_call
+        return self._call(*args)
+
+    def _checked_call(self, *args):
         full, outs = self._checker.prepare(args)
         self._get_function()(*full)
         return outs

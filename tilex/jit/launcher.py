@@ -1,15 +1,15 @@
-"""The C++ half of a kernel call that returns its output: ``call_with_output`` (call_with_outputs.cc, built once
-per machine with tvm-ffi's ``load_inline`` and the host C++ compiler) allocates the output through the allocator
-tvm-ffi installs for the call (torch's, for torch tensors) and calls the compiled function with it, in one
-crossing from Python into C++. Without a C++ compiler the kernel allocates in Python instead (slower, same
-result)."""
+"""The C++ half of a kernel call (kernel_caller.cc, built once per machine with tvm-ffi's ``load_inline`` and the
+host C++ compiler): ``make_caller(...)`` returns a function of a kernel's inputs that checks their alignment,
+allocates the output through the allocator tvm-ffi installs for the call (torch's, for torch tensors) and calls
+the compiled function with it, in one crossing from Python into C++. Without a C++ compiler kernels allocate in
+Python instead (slower, same result)."""
 from __future__ import annotations
 
 import logging
 import os
 import threading
 
-__all__ = ["call_with_output", "dtype_triple"]
+__all__ = ["caller_factory", "dtype_triple", "encode_recipe"]
 
 logger = logging.getLogger("tilex.jit")
 
@@ -18,6 +18,8 @@ _state: dict = {}
 
 #: dtypes whose output the C++ call allocates (what torch's DLPack allocator takes); others allocate in Python
 _TRIPLE_DTYPES = {"float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8"}
+#: the axis a recipe entry names when the extent is a scalar input's value (kernel_caller.cc: kScalarAxis)
+SCALAR_AXIS = 15
 
 
 def dtype_triple(dtype: str):
@@ -30,8 +32,24 @@ def dtype_triple(dtype: str):
     return int(dt.type_code), int(dt.bits), int(dt.lanes)
 
 
-def call_with_output():
-    """The ``call_with_output`` tvm-ffi function, or None when it cannot be built here (logged once)."""
+def encode_recipe(recipe):
+    """An output shape for ``make_caller``: static extents as they are, ``(input, axis)`` (axis None: the input is
+    a scalar) as ``-(1 + 16 * input + axis)``; None when an entry cannot be encoded."""
+    out = []
+    for d in recipe:
+        if d.__class__ is int:
+            out.append(d)
+            continue
+        pos, axis = d
+        axis = SCALAR_AXIS if axis is None else axis
+        if axis >= SCALAR_AXIS:
+            return None
+        out.append(-(1 + 16 * pos + axis))
+    return out
+
+
+def caller_factory():
+    """The ``make_caller`` tvm-ffi function, or None when it cannot be built here (logged once)."""
     with _lock:
         if "fn" not in _state:
             _state["fn"] = _build()
@@ -39,18 +57,17 @@ def call_with_output():
 
 
 def _build():
-    if os.environ.get("TILEX_DISABLE_CALL_SHIM"):
+    if os.environ.get("TILEX_DISABLE_CPP_CALLER"):
         return None
     try:
         from tvm_ffi.cpp import load_inline
 
-        src_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "call_with_outputs.cc")
+        src_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_caller.cc")
         with open(src_path) as f:
             src = f.read()
-        mod = load_inline("tilex_call_with_outputs", cpp_sources=src)
-        fn = mod["call_with_output"]
-        _state["module"] = mod  # the function's code lives in the module: keep it loaded
-        return fn
+        mod = load_inline("tilex_kernel_caller", cpp_sources=src)
+        _state["module"] = mod  # the callers' code lives in the module: keep it loaded
+        return mod["make_caller"]
     except Exception as e:  # noqa: BLE001 - no compiler, no headers: the Python path still works
-        logger.info("tilex: the C++ call path could not be built (%s); kernels allocate outputs in Python", e)
+        logger.info("tilex: the C++ kernel caller could not be built (%s); kernels allocate outputs in Python", e)
         return None

@@ -1,0 +1,112 @@
+// The host side of a tilex kernel call, in one crossing from Python into C++.
+//
+// make_caller(fn, n_inputs, out_pos, ndim, recipe_0 .. recipe_{ndim-1}, dtype_code, dtype_bits, dtype_lanes)
+// returns a function of the kernel's inputs that checks their data pointers' alignment (TVM's host code checks
+// everything else), allocates the output through the DLPack allocator tvm-ffi installs for the call (torch's
+// caching allocator when called with torch tensors) on the first tensor's device, calls `fn` with it inserted
+// at `out_pos`, and returns it. out_pos = -1: no output (the function returns None). Each recipe entry is a
+// static extent (>= 0) or, as -(1 + 16 * input + axis), the extent of an input's axis (axis 15: the input is a
+// scalar and the extent its value). Allocating here saves the Python-level torch.empty that dominated a small
+// kernel's host time; a refused call throws, and the Python side then names the problem.
+#include <tvm/ffi/any.h>
+#include <tvm/ffi/c_api.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/error.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+using tvm::ffi::Any;
+using tvm::ffi::AnyView;
+using tvm::ffi::Function;
+using tvm::ffi::PackedArgs;
+using tvm::ffi::Tensor;
+
+constexpr uintptr_t kAlignment = 16;  // tilex.jit.args.DATA_ALIGNMENT
+constexpr int64_t kScalarAxis = 15;
+
+struct Caller {
+  Function fn;
+  int64_t n_inputs;
+  int64_t out_pos;
+  std::vector<int64_t> recipe;
+  DLDataType dtype;
+
+  void operator()(PackedArgs args, Any* result) const {
+    if (args.size() != n_inputs) TVM_FFI_THROW(TypeError) << "wrong number of arguments";
+    DLDevice device{kDLCPU, 0};
+    bool found = false;
+    for (int i = 0; i < args.size(); ++i) {
+      if (auto t = args[i].try_cast<DLTensor*>()) {
+        uintptr_t addr = reinterpret_cast<uintptr_t>((*t)->data) + (*t)->byte_offset;
+        if (addr % kAlignment) TVM_FFI_THROW(ValueError) << "misaligned data pointer";
+        if (!found) device = (*t)->device;
+        found = true;
+      }
+    }
+    if (out_pos < 0) {
+      fn.CallPacked(args, result);
+      *result = nullptr;
+      return;
+    }
+    if (!found) TVM_FFI_THROW(TypeError) << "no tensor argument to take the device from";
+    std::vector<int64_t> shape(recipe.size());
+    for (size_t k = 0; k < recipe.size(); ++k) {
+      int64_t r = recipe[k];
+      if (r >= 0) {
+        shape[k] = r;
+        continue;
+      }
+      int64_t src = -(r + 1);
+      int64_t input = src / 16, axis = src % 16;
+      if (axis == kScalarAxis) {
+        shape[k] = args[input].cast<int64_t>();
+      } else {
+        DLTensor* t = args[input].cast<DLTensor*>();
+        if (axis >= t->ndim) TVM_FFI_THROW(ValueError) << "input has too few dimensions";
+        shape[k] = t->shape[axis];
+      }
+      if (shape[k] < 0) TVM_FFI_THROW(ValueError) << "negative size";
+    }
+    Tensor out =
+        Tensor::FromEnvAlloc(TVMFFIEnvTensorAlloc, tvm::ffi::ShapeView(shape.data(), shape.size()), dtype, device);
+    std::vector<AnyView> call_args;
+    call_args.reserve(args.size() + 1);
+    for (int i = 0; i < args.size(); ++i) {
+      if (i == out_pos) call_args.emplace_back(out);
+      call_args.emplace_back(args[i]);
+    }
+    if (out_pos == args.size()) call_args.emplace_back(out);
+    Any ignored;
+    fn.CallPacked(call_args.data(), static_cast<int32_t>(call_args.size()), &ignored);
+    *result = out;
+  }
+};
+
+void MakeCaller(const AnyView* args, int32_t num_args, Any* result) {
+  if (num_args < 7) TVM_FFI_THROW(TypeError) << "make_caller: too few arguments";
+  Caller c;
+  c.fn = args[0].cast<Function>();
+  c.n_inputs = args[1].cast<int64_t>();
+  c.out_pos = args[2].cast<int64_t>();
+  int64_t ndim = args[3].cast<int64_t>();
+  if (ndim < 0 || num_args != 4 + ndim + 3) TVM_FFI_THROW(TypeError) << "make_caller: malformed arguments";
+  for (int64_t i = 0; i < ndim; ++i) c.recipe.push_back(args[4 + i].cast<int64_t>());
+  c.dtype.code = static_cast<uint8_t>(args[4 + ndim].cast<int64_t>());
+  c.dtype.bits = static_cast<uint8_t>(args[5 + ndim].cast<int64_t>());
+  c.dtype.lanes = static_cast<uint16_t>(args[6 + ndim].cast<int64_t>());
+  *result = Function::FromPacked(c);
+}
+
+}  // namespace
+
+extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_make_caller(void* self, const TVMFFIAny* args, int32_t num_args,
+                                                        TVMFFIAny* result) {
+  TVM_FFI_SAFE_CALL_BEGIN();
+  MakeCaller(reinterpret_cast<const AnyView*>(args), num_args, reinterpret_cast<Any*>(result));
+  TVM_FFI_SAFE_CALL_END();
+}
