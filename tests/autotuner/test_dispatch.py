@@ -106,12 +106,20 @@ def test_dynamic_kernel_routes_each_call_by_its_size(shapes):
     calls = []
 
     class Fake:
+        """A JITKernel's call path (_call) and its argument checks (_checker)."""
+
         def __init__(self, i):
             self.i = i
+            self._checker = self
 
-        def __call__(self, *args):
+        def _call(self, *args):
             calls.append(self.i)
+            if args and args[0] == "bad":
+                raise RuntimeError("refused by the host code")
             return self.i
+
+        def prepare(self, args):
+            raise ValueError(f"argument 'A' (index 0): expected a torch.Tensor, got {type(args[0]).__name__}")
 
     params = ArgChecker(matmul(T.dynamic("m"), N, K)).params
     assert size_source(params, "m") == (0, 0)
@@ -119,7 +127,9 @@ def test_dynamic_kernel_routes_each_call_by_its_size(shapes):
     for m in (1, 100, 3000, MAX + 500):
         a = torch.empty(m, 1)
         assert dk(a, None) == table.choose(m)
-    assert dk("not a tensor") == calls[-1]  # goes to a kernel, whose argument checks name the problem
+    assert dk("not a tensor") == calls[-1]  # goes to a kernel's call path
+    with pytest.raises(ValueError, match="argument 'A'"):  # whose argument checks name a refused argument
+        dk("bad")
 
 
 def test_sized_supply_slices_one_allocation():

@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 
+from .cache import autotune_cache_dir
 from .dispatch import blocks_per_sm
 from .launch_shape import launch_shape
 
@@ -28,8 +29,6 @@ __all__ = ["program_features", "MeasurementDB", "CostModel", "default_db_path"]
 
 
 def default_db_path() -> str:
-    from .cache import autotune_cache_dir
-
     return os.path.join(autotune_cache_dir(), "measurements.jsonl")
 
 

@@ -213,7 +213,11 @@ class DynamicKernel:
             kernel = self._kernel_past_table(args)
         except (AttributeError, TypeError):  # not a size: the kernel's argument checks name the problem
             kernel = self._fallback
-        return kernel(*args)
+        try:
+            return kernel._call(*args)  # the JITKernel's call path without its own wrapper frame
+        except Exception:
+            kernel._checker.prepare(args)  # names a bad argument; arguments that pass re-raise the error
+            raise
 
     def _kernel_past_table(self, args):
         try:

@@ -1,0 +1,38 @@
+"""tilex.autotune(..., dynamic={"m": ...}) on the GPU: configurations compiled once with M symbolic, profiled at
+wave-aligned values, a DynamicKernel that picks one per call; correct for ragged, tiny and past-the-table values
+of M, and the dispatch table reloaded from the autotune cache."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tilex  # noqa: E402
+import tilex.language as T  # noqa: E402
+from tilex.autotuner import AutoTuner  # noqa: E402
+from tilex.autotuner.dispatch import DynamicKernel  # noqa: E402
+
+from programs import matmul  # noqa: E402
+
+CONFIGS = [dict(bm=64, bn=64, stages=3), dict(bm=128, bn=128, stages=3), dict(bm=128, bn=128, stages=4)]
+
+
+def gemm(M, N, K, bm=128, bn=128, stages=3):
+    return matmul(M, N, K, bm=bm, bn=bn, bk=64, stages=stages, threads=128)
+
+
+@pytest.mark.gpu
+def test_dynamic_m_selects_per_call_and_reloads_its_table():
+    tuner = AutoTuner(gemm, CONFIGS, out_idx=-1, ref_prog=lambda a, b: a @ b, dynamic={"m": 1024}, progress=False,
+                      warmup=1, rep=3)
+    res = tuner.run(T.dynamic("m"), 512, 256)
+    dk = res.kernel
+    assert isinstance(dk, DynamicKernel) and not res.from_cache and dk.samples
+    b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    for m in (1, 7, 129, 1000, 1500):  # 1500: past the table, the model decides
+        a = torch.randn(m, 256, device="cuda", dtype=torch.float16)
+        torch.testing.assert_close(dk(a, b).float(), a.float() @ b.float(), atol=5e-2, rtol=1e-2)
+        assert 0 <= dk.choose(m) < len(CONFIGS)
+    with pytest.raises(ValueError, match="argument 'B'"):
+        dk(a, torch.randn(128, 512, device="cuda", dtype=torch.float16))
+    again = AutoTuner(gemm, CONFIGS, out_idx=-1, ref_prog=lambda a, b: a @ b, dynamic={"m": 1024},
+                      progress=False).run(T.dynamic("m"), 512, 256)
+    assert again.from_cache and again.kernel.table._choice == dk.table._choice
