@@ -88,3 +88,13 @@ def test_table_chooses_the_macro_config_with_the_least_predicted_latency():
     want = min(((128, 128, 64), true_latency(g_big, l) * 0.9), ((64, 64, 64), true_latency(g_small, l) * 0.81),
                key=lambda x: x[1])
     assert macro == want[0] and micro == "s4" and t == pytest.approx(want[1], rel=0.05)
+
+
+def test_a_wave_measured_at_one_launch_shape_predicts_its_latency():
+    """A tile as wide as a wave (or a far anchor) gives one grid size per wave: that wave predicts what was
+    measured there, not the tail's extrapolation."""
+    samples = [(128 * w, 64, "a", 0.1 * w + (0.05 if w == 2 else 0.0)) for w in (1, 2, 3, 4, 8)]
+    model = WaveModel.fit(128, samples)
+    for grid, loops, _, ms in samples:
+        assert model.predict(grid, loops) == pytest.approx(ms)
+    assert model.predict(128 * 6, 64) == pytest.approx(0.6, rel=0.2)  # an unmeasured wave: the extrapolation

@@ -7,8 +7,8 @@ blocks per SM), the launch runs in w = ceil(G / capacity) waves. Within one wave
     T(G, L) = alpha * G * L + beta * G + gamma * L + delta
 
 and it jumps where w changes. A :class:`WaveModel` holds one coefficient tuple per wave count it was measured at
-(at two grid sizes or more), plus one fitted over its last measured waves for the others (extrapolation; far
-anchors sampled at a single grid size each feed only that fit), and per (wave, loop anchor) the micro
+(a constant where one launch shape was measured in the wave), plus one fitted over its last measured waves for
+the others (extrapolation), and per (wave, loop anchor) the micro
 configuration that measured best there. :class:`WaveTable` holds one model per macro configuration (the tile
 shape, which sets G and L) and picks, for a call's (G, L) per macro config, the one with the least predicted
 latency, then the micro configuration of the nearest loop anchor: a few multiply-adds and two lookups.
@@ -93,8 +93,12 @@ class WaveModel:
             chosen.setdefault(w, []).extend((g, loops, t) for g, t in points)
         for w, pts in chosen.items():
             g, l, t = zip(*pts)
-            if len(set(g)) > 1:  # a wave sampled at one grid size (a far anchor) is left to the extrapolation
+            if len(set(zip(g, l))) > 1:
                 model.coefficients[w] = fit_bilinear(g, l, t)
+            else:
+                # one launch shape in this wave (a far anchor, or a tile as wide as a wave): its latency, flat
+                # across the wave (a least-squares line through one point would tilt with the scale of G and L)
+                model.coefficients[w] = np.array([0.0, 0.0, 0.0, float(np.mean(t))])
             loop_list = sorted(anchors[w])
             model.micro[w] = (loop_list, [anchors[w][x] for x in loop_list])
         tail = sorted(chosen)[-tail_waves:]
