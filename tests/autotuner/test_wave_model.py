@@ -98,3 +98,10 @@ def test_a_wave_measured_at_one_launch_shape_predicts_its_latency():
     for grid, loops, _, ms in samples:
         assert model.predict(grid, loops) == pytest.approx(ms)
     assert model.predict(128 * 6, 64) == pytest.approx(0.6, rel=0.2)  # an unmeasured wave: the extrapolation
+
+
+def test_waves_between_measured_ones_interpolate_the_step_heights():
+    samples = [(128 * w, 64, "a", 0.1 * w) for w in (1, 2, 3, 10)]
+    model = WaveModel.fit(128, samples, tail_waves=2)
+    assert model.predict(128 * 6, 64) == pytest.approx(0.6)  # between waves 3 and 10: on the line of full waves
+    assert model.predict_many([128 * 6, 128 * 2], [64, 64]).tolist() == pytest.approx([0.6, 0.2])

@@ -51,7 +51,7 @@ def macro_groups(shapes: list[LaunchShape], dim: str, max_value: int) -> list[li
 
 
 def sample_values(shape: LaunchShape, dim: str, max_value: int, capacity: int, max_waves: int,
-                  per_wave: int, anchors: int = 3) -> list[int]:
+                  per_wave: int, anchors: int = 6) -> list[int]:
     """Values of `dim` to profile a macro configuration at: for each wave-aligned grid size
     (:func:`~tilex.autotuner.wave_model.wave_aligned_grids`), the largest value whose grid does not exceed it,
     plus the value 1; then `anchors` values spaced geometrically from past the last of those to `max_value` (the

@@ -7,8 +7,8 @@ blocks per SM), the launch runs in w = ceil(G / capacity) waves. Within one wave
     T(G, L) = alpha * G * L + beta * G + gamma * L + delta
 
 and it jumps where w changes. A :class:`WaveModel` holds one coefficient tuple per wave count it was measured at
-(a constant where one launch shape was measured in the wave), plus one fitted over its last measured waves for
-the others (extrapolation), and per (wave, loop anchor) the micro
+(a constant where one launch shape was measured in the wave), interpolates between measured wave counts, and
+holds one more fit over its last measured waves for grids past them (extrapolation), and per (wave, loop anchor) the micro
 configuration that measured best there. :class:`WaveTable` holds one model per macro configuration (the tile
 shape, which sets G and L) and picks, for a call's (G, L) per macro config, the one with the least predicted
 latency, then the micro configuration of the nearest loop anchor: a few multiply-adds and two lookups.
@@ -108,16 +108,26 @@ class WaveModel:
 
     def predict(self, grid: int, loops: int) -> float:
         """Predicted latency of a launch of `grid` blocks and `loops` iterations."""
-        w = waves(grid, self.capacity)
-        theta = self.coefficients.get(w)
-        return float(_predict(self.extrapolation if theta is None else theta, grid, loops))
+        return float(self.predict_many(np.array([grid]), np.array([loops]))[0])
 
     def predict_many(self, grid, loops) -> np.ndarray:
-        """:meth:`predict` over arrays of grid sizes and loop counts."""
+        """:meth:`predict` over arrays of grid sizes and loop counts. A measured wave count uses its own
+        coefficients; one between measured wave counts interpolates, in G, between the latencies of the two
+        neighbours' full waves (a step's height changes smoothly from wave to wave); one past them uses the
+        extrapolation."""
         grid = np.asarray(grid, dtype=np.float64)
         loops = np.asarray(loops, dtype=np.float64)
         w = np.ceil(grid / self.capacity).astype(np.int64)
         out = _predict(self.extrapolation, grid, loops)
+        measured = sorted(self.coefficients)
+        for lo, hi in zip(measured, measured[1:]):
+            gap = (w > lo) & (w < hi)
+            if hi > lo + 1 and gap.any():
+                g_lo, g_hi = lo * self.capacity, hi * self.capacity
+                t_lo = _predict(self.coefficients[lo], g_lo, loops)
+                t_hi = _predict(self.coefficients[hi], g_hi, loops)
+                full = w * self.capacity
+                out = np.where(gap, t_lo + (t_hi - t_lo) * (full - g_lo) / (g_hi - g_lo), out)
         for wave, theta in self.coefficients.items():
             here = w == wave
             if here.any():
