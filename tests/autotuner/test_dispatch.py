@@ -154,3 +154,15 @@ def test_normalize_dynamic():
         normalize_dynamic(["m", "n"])
     with pytest.raises(ValueError, match="positive int"):
         normalize_dynamic({"m": 0})
+
+
+def test_a_dynamic_size_compiles_in_worker_processes():
+    """TVM 0.27 crashes pickling a tirx.Var, so the tuner sends a T.dynamic size to its worker processes by name
+    and dtype; the workers compile the same program (symbolic M) as the parent would."""
+    from tilex.autotuner import AutoTuner
+
+    t = AutoTuner(matmul, [dict(bm=64), dict(bm=128)], out_idx=-1, dynamic="m", target="sm_90a",
+                  parallel="process", progress=False, max_workers=2)
+    report = t.compile(T.dynamic("m"), 256, 128)
+    assert report.mode == "process" and [r.status for r in report.results] == ["compiled", "compiled"]
+    assert "int m)" in report.results[0].kernel.get_kernel_source()

@@ -67,7 +67,7 @@ from .inputs import as_list, compare_outputs, default_supply
 from .launch_shape import launch_shape
 from .results import (COMPILED, OK, RUNTIME_ERROR, SKIPPED, WRONG, AutotuneError, CompileReport, ConfigResult,
                       TuneResult, error_text, format_config, format_table, reason_of)
-from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, load_kernels,
+from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, load_kernels, picklable,
                       progress_bar, unwrap_factory)
 
 __all__ = ["AutoTuner", "AutotunedFactory", "autotune"]
@@ -369,7 +369,8 @@ class AutoTuner:
             ref = None
         else:
             try:
-                pickle.dumps((job.args, job.kwargs, job.call_cfgs, job.out_idx, job.pass_configs, job.target_spec))
+                pickle.dumps((picklable(job.args), picklable(job.kwargs), job.call_cfgs, job.out_idx,
+                              job.pass_configs, job.target_spec))
                 reason = ""
             except Exception as e:  # noqa: BLE001
                 ref, reason = None, f"the factory arguments cannot be pickled ({e})"

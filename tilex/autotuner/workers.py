@@ -28,6 +28,7 @@ from typing import Any, Callable
 import tvm
 
 from tilex import env
+from tilex.ir.visit import dtype_of
 from tilex.jit import compile as compile_kernel
 from tilex.op.base import LayoutConflictError, TileOpError
 
@@ -143,7 +144,7 @@ def worker_compile(task: dict) -> dict:
     t0 = time.perf_counter()
     try:
         factory = FactoryRef.resolve_tuple(task["ref"])
-        func = call_factory(factory, task["args"], task["kwargs"], task["call_cfg"])
+        func = call_factory(factory, unpickled(task["args"]), unpickled(task["kwargs"]), task["call_cfg"])
     except Exception as e:  # noqa: BLE001
         return {"status": BUILD_ERROR, "reason": reason_of(e), "error": error_text(e), "smem": None,
                 "compile_time": time.perf_counter() - t0}
@@ -153,10 +154,48 @@ def worker_compile(task: dict) -> dict:
     return info
 
 
+class SizeVar:
+    """A symbolic size (a ``T.dynamic`` variable) on its way to a worker process: TVM 0.27 crashes pickling a
+    ``tirx.Var`` itself (a segfault in its JSON serializer), so the name and dtype travel and the worker makes an
+    equal variable (the program text, and so the kernel cache key, comes out the same)."""
+
+    def __init__(self, name: str, dtype: str):
+        self.name, self.dtype = name, dtype
+
+    def __eq__(self, other):
+        return isinstance(other, SizeVar) and (self.name, self.dtype) == (other.name, other.dtype)
+
+    def __hash__(self):
+        return hash((self.name, self.dtype))
+
+
+def picklable(value):
+    """`value` (factory arguments) with every ``tirx.Var`` replaced by a :class:`SizeVar`."""
+    if isinstance(value, tvm.tirx.Var):
+        return SizeVar(value.name, dtype_of(value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(picklable(v) for v in value)
+    if isinstance(value, dict):
+        return {k: picklable(v) for k, v in value.items()}
+    return value
+
+
+def unpickled(value):
+    """The inverse of :func:`picklable`, in the worker."""
+    if isinstance(value, SizeVar):
+        return tvm.tirx.Var(value.name, value.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(unpickled(v) for v in value)
+    if isinstance(value, dict):
+        return {k: unpickled(v) for k, v in value.items()}
+    return value
+
+
 def make_task(job, ref: FactoryRef, i: int, smem_limit) -> dict:
     """The picklable task for :func:`worker_compile`: configuration ``i`` of ``job`` (the tuner's bound
     problem), its factory named by ``ref``."""
-    return {"ref": ref.as_tuple(), "args": job.args, "kwargs": job.kwargs, "call_cfg": job.call_cfgs[i],
+    return {"ref": ref.as_tuple(), "args": picklable(job.args), "kwargs": picklable(job.kwargs),
+            "call_cfg": job.call_cfgs[i],
             "out_idx": job.out_idx, "target": job.target_spec, "pass_configs": job.pass_configs,
             "smem_limit": smem_limit}
 
