@@ -45,7 +45,7 @@ setup(
     extras_require={
         "test": ["pytest"],
         "bench": ["triton"],  # benchmarks/ compare against Triton (examples/ need nothing beyond tilex)
-        "tune": ["xgboost"],  # the runtime tuner's cost model
+        "tune": ["xgboost-cpu"],  # the tuner's cost model (tilex.autotuner.cost_model); the CPU wheel is enough
     },
     zip_safe=False,
 )
