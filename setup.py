@@ -45,7 +45,9 @@ setup(
     extras_require={
         "test": ["pytest"],
         "bench": ["triton"],  # benchmarks/ compare against Triton (examples/ need nothing beyond tilex)
-        "tune": ["xgboost-cpu"],  # the tuner's cost model (tilex.autotuner.cost_model); the CPU wheel is enough
+        # the tuner's cost model (tilex.autotuner.cost_model; the CPU wheel of xgboost is enough) and measurement
+        # through TVM's RPC tracker (tilex.autotuner.rpc: its tracker needs tornado, its server cloudpickle)
+        "tune": ["xgboost-cpu", "tornado", "cloudpickle"],
     },
     zip_safe=False,
 )
