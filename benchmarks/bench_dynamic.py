@@ -53,10 +53,12 @@ def test_values(count, lo, hi, exclude, seed=0):
     return sorted(out)
 
 
-def select(N, K, max_m, count, rep, rounds):
-    print(f"\n## dynamic M, N = {N}, K = {K}: {len(DYNAMIC_CONFIGS)} configs, M in [1, {max_m}]", flush=True)
+def select(N, K, max_m, count, rep, rounds, stream_k=False):
+    print(f"\n## dynamic M, N = {N}, K = {K}: {len(DYNAMIC_CONFIGS)} configs, M in [1, {max_m}]"
+          f"{', stream-K' if stream_k else ''}", flush=True)
     tuner = AutoTuner(gemm, [{"cfg": c} for c in DYNAMIC_CONFIGS], out_idx=-1, ref_prog=lambda a, b: a @ b,
-                      dynamic={"m": max_m}, cache=False, progress=False)
+                      dynamic={"m": max_m}, cache=False, progress=False,
+                      pass_configs={"tilex.stream_k": 1} if stream_k else None)
     t0 = time.time()
     res = tuner.run(T.dynamic("m"), N, K)
     tuning_s = time.time() - t0
@@ -176,6 +178,8 @@ def main():
     p.add_argument("--rep", type=float, default=10)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--shapes", default="8192x8192,28672x8192")
+    p.add_argument("--stream-k", action="store_true", help="compile every configuration with tilex.stream_k (the "
+                   "persistent ones then share the tiles the run-time count leaves over)")
     args = p.parse_args()
     if args.part in ("overhead", "all"):
         overhead()
@@ -183,7 +187,7 @@ def main():
         out = []
         for s in args.shapes.split(","):
             N, K = map(int, s.split("x"))
-            out.append((s, *select(N, K, args.max_m, args.count, args.rep, args.rounds)))
+            out.append((s, *select(N, K, args.max_m, args.count, args.rep, args.rounds, args.stream_k)))
         print("\n| N x K | selection / oracle | selection / best single | cuBLAS / selection | tuning s |")
         print("| --- | --- | --- | --- | --- |")
         for s, a, b, c, t in out:

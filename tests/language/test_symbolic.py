@@ -37,3 +37,14 @@ def test_symbolic_inner_dimension_falls_back_to_cp_async():
     prog = matmul(1024, 1024, T.dynamic("k"), bk=64, threads=256)
     src = tilex.compile(prog, out_idx=-1, target="sm_90a").get_kernel_source()
     assert "CUtensorMap A_tmap" not in src and "cp_async" in src
+
+
+def test_symbolic_m_runs_persistent_in_clusters_and_with_stream_k():
+    """A symbolic grid height still gets the persistent grid over every slot with clusters of two multicasting B,
+    and with tilex.stream_k a segment loop over the tiles the run-time count leaves over (empty when they divide
+    evenly)."""
+    prog = matmul(T.dynamic("m"), 2048, 1024, bm=128, bn=256, bk=64, threads=256)
+    plain = tilex.compile(prog, out_idx=-1, target="sm_90a").get_kernel_source()
+    assert "__cluster_dims__(2, 1, 1)" in plain and "tile_c" in plain and "streamk_fixup" not in plain
+    sk = tilex.compile(prog, out_idx=-1, target="sm_90a", pass_configs={"tilex.stream_k": 1}).get_kernel_source()
+    assert "streamk_fixup" in sk and "tile_c_sk" in sk and "int m)" in sk

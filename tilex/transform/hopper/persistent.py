@@ -21,8 +21,8 @@ in row clusters along x (``tilex.cluster_size``, :mod:`.clusters`).
 
 A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has a static x
 extent and a static y extent with more tiles than block slots, or a y extent of kernel sizes alone (a
-``T.dynamic`` M: the grid is then every slot, stream-K is off, and a cluster's last group may hang past the
-grid), no ``blockIdx.z``, a trip count that does not depend on the block indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live across the
+``T.dynamic`` M: the grid is then every slot, stream-K shares whatever the run-time tile count leaves over,
+and a cluster's last group may hang past the grid), no ``blockIdx.z``, a trip count that does not depend on the block indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live across the
 tile loop, so MergeSharedMemoryAllocations gives it bytes of its own (the producer refills stages meanwhile).
 """
 from __future__ import annotations
@@ -158,8 +158,10 @@ def _plan(func, attrs, target):
     grid -= grid % size
     cons = split[0].else_case
     items = seq_items(_consumer_parts(cons)[1])
-    sk = None if symbolic else stream_k_plan(items, _loop_indices(items), tiles // size, grid // size,
-                                             int(cons.value), tags["threadIdx.x"].node.var, attrs[0].value)
+    gy = extents["blockIdx.y"]
+    units = tiles // size if not symbolic else extents["blockIdx.x"] * tirx.floordiv(gy + (size - 1), size)
+    sk = stream_k_plan(items, _loop_indices(items), units, grid // size, int(cons.value),
+                       tags["threadIdx.x"].node.var, attrs[0].value)
     return PersistentPlan(chain, tags, extents, grid, size, sk)
 
 

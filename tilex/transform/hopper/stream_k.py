@@ -4,7 +4,7 @@ Consumes: the consumer statements of a warp-specialized kernel that PersistentTi
 holds the pipeline loop, whose ``tilex.ws_pipeline_lo`` / ``_hi`` attributes let it run any segment ``[lo, hi)``
 of a unit's K iterations), and how the persistent grid shares its units among its workers (:class:`Workers`).
 Produces: a :class:`StreamKPlan` when the units (tiles, or tile groups of a cluster) do not divide evenly among
-the workers (blocks, or clusters); then, after the ``units // workers`` rounds of whole units, the loop over the
+the workers (blocks, or clusters), or may not (a unit count of kernel sizes); then, after the ``units // workers`` rounds of whole units, the loop over the
 segments of a worker's equal share of the remaining units' K iterations (:func:`segment_loop`). The worker
 holding a unit's first iteration owns it; the others leave fp32 partial accumulators in global memory and raise
 a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's
@@ -45,13 +45,15 @@ class Workers:
     size: int  # blocks per worker
     rank: tvm.ir.Expr  # the block's rank in its worker
     worker: tvm.ir.Expr  # the worker's index
-    units: int
+    units: int | tvm.ir.PrimExpr  # an expression when the grid height is a kernel size
     workers: int
 
     @property
     def rounds(self):
         """Units every worker runs whole (with stream-K, before its share of the rest)."""
-        return self.units // self.workers
+        if isinstance(self.units, int):
+            return self.units // self.workers
+        return tirx.floordiv(self.units, self.workers)
 
 
 def _writes_global(stmt):
@@ -108,8 +110,10 @@ def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, 
     holding the pipeline loop, of trip count `n`), or None when stream-K does not apply: off
     (``tilex.stream_k``), units split evenly already, a trip count that is not static, or not exactly one fp32
     accumulator (a local buffer the K loop and the statements after it both use)."""
-    if not config.get("stream_k", False) or units % workers == 0 or not hasattr(n, "value"):
+    if not config.get("stream_k", False) or not hasattr(n, "value"):
         return None
+    if isinstance(units, int) and units % workers == 0:
+        return None  # (a symbolic unit count may divide evenly at run time: its segment loop is then empty)
     if len(loop_at) != 1:
         return None
     at = loop_at[0]
@@ -129,7 +133,8 @@ def _fixup(plan, w, stmt, loop_at, t, lo, partial, wsk):
     last = tirx.Var("sk_last", "int32")
     call = intrin.streamk_fixup(
         words, plan.threads, w.grid, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))), plan.thread, t,
-        lo, w.pid, w.size, w.rank, w.workers, tirx.const(wsk, "int64"), plan.n)
+        lo, w.pid, w.size, w.rank, w.workers,
+        tirx.const(wsk, "int64") if isinstance(wsk, int) else tirx.Cast("int64", wsk), plan.n)
     bind = tirx.Bind(last, tirx.if_then_else(partial, call, tirx.const(1, "int32")))
     post = [_only_if(x, last != 0) for x in items[loop_at + 1:]]
     return tirx.SeqStmt(items[:loop_at + 1] + [bind] + post)
@@ -142,7 +147,9 @@ def segment_loop(plan, w, stmt, name, place, loop_at=None):
     with pipeline counter ``k - lo + base``; with `loop_at` (the index of the statement of `stmt` holding the
     pipeline loop) the partial accumulators are exchanged after it and only the unit's owner writes global
     memory."""
-    n, wsk = plan.n, (w.units % w.workers) * plan.n
+    n = plan.n
+    # iterations shared in segments; with a symbolic unit count (a T.dynamic M) an expression, 0 when even
+    wsk = (w.units % w.workers if isinstance(w.units, int) else tirx.floormod(w.units, w.workers)) * n
     j = tirx.Var(name + "_sk", "int32")
     start = tirx.floordiv(w.worker * wsk, w.workers)
     end = tirx.floordiv((w.worker + 1) * wsk, w.workers)
