@@ -2,12 +2,13 @@
 configuration is in the model's top 5 on problems it was not trained on, and tuning time with the model against
 tuning every configuration.
 
-    python benchmarks/bench_cost_model.py [--folds 3]
+    python benchmarks/bench_cost_model.py [--folds 3]        # or in two runs: --part exhaustive / evaluate --work D
 
 Every GEMM shape below is tuned exhaustively once (each configuration compiled, checked and timed); the
 measurements go to a fresh measurement database. Then, fold by fold, a model trained on the other folds' problems
-ranks each held-out problem's configurations; the held-out problems of the first fold are tuned again with
-top_k=5 against a database holding only the other folds, timing the benchmark phase.
+ranks each held-out problem's configurations (and a model on the program-only features picks the ones the tuner
+would compile); a few problems of the first fold are tuned again with top_k=5 against a database holding only the
+other folds, timing the whole tuning (compile + benchmark) against the exhaustive pass.
 """
 import argparse
 import json
@@ -18,7 +19,7 @@ import time
 
 import tilex  # noqa: F401 - the package face (tilex.__version__ is part of the tuner's keys)
 from tilex.autotuner import AutoTuner
-from tilex.autotuner.cost_model import CostModel, MeasurementDB
+from tilex.autotuner.cost_model import CostModel, MeasurementDB, known_before_compiling
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_dynamic import DYNAMIC_CONFIGS, gemm  # noqa: E402
@@ -31,14 +32,10 @@ def tuner(db_path, top_k=None, record=True):
                      skip_check=True, warmup=5, rep=20, top_k=top_k, record=record, cost_db=db_path)
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--folds", type=int, default=3)
-    p.add_argument("--top", type=int, default=5)
-    args = p.parse_args()
-    work = tempfile.mkdtemp(prefix="tilex-cost-model-")
+def exhaustive_pass(work):
+    """Tune every shape over every configuration; measurements to work/all.jsonl, results to work/exhaustive.json."""
     full_db = os.path.join(work, "all.jsonl")
-    exhaustive = {}
+    out = {}
     for shape in SHAPES:
         t = tuner(full_db)
         t0 = time.time()
@@ -46,53 +43,81 @@ def main():
         t1 = time.time()
         res = t.benchmark(report)
         t2 = time.time()
-        exhaustive[shape] = {"compile_s": t1 - t0, "bench_s": t2 - t1, "best": res.best.index,
-                             "ms": {r.index: r.latency for r in res.results if r.ok}}
+        out[repr(shape)] = {"compile_s": t1 - t0, "bench_s": t2 - t1, "best": res.best.index,
+                            "ms": {str(r.index): r.latency for r in res.results if r.ok}}
         print(f"{shape}: best #{res.best.index} {DYNAMIC_CONFIGS[res.best.index]} {res.latency:.4f} ms; compile "
-              f"{t1 - t0:.1f} s, benchmark {t2 - t1:.1f} s ({len(exhaustive[shape]['ms'])} configs)", flush=True)
+              f"{t1 - t0:.1f} s, benchmark {t2 - t1:.1f} s ({len(out[repr(shape)]['ms'])} configs)", flush=True)
+    with open(os.path.join(work, "exhaustive.json"), "w") as fh:
+        json.dump(out, fh)
+
+
+def evaluate(work, folds_n, top, tuned_shapes):
+    full_db = os.path.join(work, "all.jsonl")
+    with open(os.path.join(work, "exhaustive.json")) as fh:
+        exhaustive = {eval(k): v for k, v in json.load(fh).items()}  # noqa: S307 - our own tuple reprs
     records = MeasurementDB(full_db).load()
     keys = {shape: AutoTuner._problem_key(tuner(full_db)._bind(shape, {})) for shape in SHAPES}
-    folds = [SHAPES[i::args.folds] for i in range(args.folds)]
-    hits, regret = 0, []
+    folds = [SHAPES[i::folds_n] for i in range(folds_n)]
+    hits, pre_hits, regret = 0, 0, []
     for f, held in enumerate(folds):
         model = CostModel().fit(records, exclude={keys[s] for s in held})
+        pre = CostModel(only=known_before_compiling).fit(records, exclude={keys[s] for s in held})
         for shape in held:
             ex = exhaustive[shape]
-            order = sorted(ex["ms"])
+            ms = {int(i): v for i, v in ex["ms"].items()}
+            order = sorted(ms)
             feats = {r["config"]: r["features"] for r in records if r["problem"] == keys[shape]}
-            ranked = model.rank([feats[repr({"cfg": DYNAMIC_CONFIGS[i]})] for i in order])
-            top = [order[j] for j in ranked[:args.top]]
-            hit = ex["best"] in top
-            hits += hit
-            best_in_top = min(ex["ms"][i] for i in top)
-            regret.append(ex["ms"][ex["best"]] / best_in_top)
-            print(f"fold {f} {shape}: oracle #{ex['best']} {'in' if hit else 'NOT in'} the top {args.top} "
-                  f"{top}; best of the top {args.top} / oracle = {best_in_top / ex['ms'][ex['best']]:.3f}",
-                  flush=True)
+            rows = [feats[repr({"cfg": DYNAMIC_CONFIGS[i]})] for i in order]
+            top_cfgs = [order[j] for j in model.rank(rows)[:top]]
+            pre_cfgs = [order[j] for j in pre.rank(rows)[:max(2 * top, top + 3)]]
+            hits += ex["best"] in top_cfgs
+            pre_hits += ex["best"] in pre_cfgs
+            best_in_top = min(ms[i] for i in top_cfgs)
+            regret.append(ms[ex["best"]] / best_in_top)
+            print(f"fold {f} {shape}: oracle #{ex['best']} {'in' if ex['best'] in top_cfgs else 'NOT in'} the top "
+                  f"{top} {top_cfgs}; in the pre-compile keep list: {ex['best'] in pre_cfgs}; best of the top / "
+                  f"oracle = {best_in_top / ms[ex['best']]:.3f}", flush=True)
     n = len(SHAPES)
-    print(f"\noracle in the model's top {args.top}: {hits}/{n} = {hits / n:.0%} (target >= 90%); best of the top "
-          f"{args.top} reaches {min(regret):.3f}..{sum(regret) / n:.3f} (min..mean) of the oracle's speed")
-    # tuning time: the first fold tuned again with top_k against a database of the other folds only
+    print(f"\noracle in the model's top {top}: {hits}/{n} = {hits / n:.0%} (target >= 90%); in the pre-compile "
+          f"keep list (the {max(2 * top, top + 3)} compiled): {pre_hits}/{n}; best of the top {top} reaches "
+          f"{min(regret):.3f} (min) / {sum(regret) / n:.3f} (mean) of the oracle's speed", flush=True)
+    # tuning time: shapes of the first fold tuned again with top_k against a database of the other folds only
     train_db = os.path.join(work, "train.jsonl")
+    held_keys = {keys[s] for s in folds[0]}
     with open(train_db, "w") as fh:
-        held_keys = {keys[s] for s in folds[0]}
         for r in records:
             if r["problem"] not in held_keys:
                 fh.write(json.dumps(r) + "\n")
-    ex_bench = ex_compile = top_bench = 0.0
-    for shape in folds[0]:
-        t = tuner(train_db, top_k=args.top, record=False)
-        report = t.compile(*shape)
+    ex_time = top_time = 0.0
+    for shape in folds[0][:tuned_shapes]:
+        t = tuner(train_db, top_k=top, record=False)
         t0 = time.time()
-        res = t.benchmark(report)
-        top_bench += time.time() - t0
-        ex_bench += exhaustive[shape]["bench_s"]
-        ex_compile += exhaustive[shape]["compile_s"]
-        measured = sum(1 for r in res.results if r.ok)
-        print(f"{shape}: top-{args.top} tuning measured {measured} configs, chose #{res.best.index} "
-              f"({res.latency:.4f} ms; oracle {exhaustive[shape]['ms'][exhaustive[shape]['best']]:.4f} ms)")
-    print(f"\nbenchmark phase over {len(folds[0])} problems: exhaustive {ex_bench:.1f} s, top-{args.top} "
-          f"{top_bench:.1f} s ({ex_bench / max(top_bench, 1e-9):.1f}x less); compile phase (both) {ex_compile:.1f} s")
+        res = t.run(*shape)
+        top_time += time.time() - t0
+        ex = exhaustive[shape]
+        ex_time += ex["compile_s"] + ex["bench_s"]
+        compiled = sum(1 for r in res.results if r.status != "skipped")
+        print(f"{shape}: top-{top} tuning compiled {compiled}, measured {sum(r.ok for r in res.results)}, chose "
+              f"#{res.best.index} ({res.latency:.4f} ms; oracle {ex['ms'][str(ex['best'])]:.4f} ms)", flush=True)
+    print(f"\ntuning time over {min(tuned_shapes, len(folds[0]))} problems: exhaustive {ex_time:.1f} s, top-{top} "
+          f"{top_time:.1f} s ({ex_time / max(top_time, 1e-9):.1f}x less)")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--part", choices=["exhaustive", "evaluate", "all"], default="all")
+    p.add_argument("--work", default=None, help="directory for the measurement database and the exhaustive "
+                   "results (reused by --part evaluate)")
+    p.add_argument("--folds", type=int, default=3)
+    p.add_argument("--top", type=int, default=5)
+    p.add_argument("--tuned-shapes", type=int, default=6, help="first-fold shapes tuned again with top_k")
+    args = p.parse_args()
+    work = args.work or tempfile.mkdtemp(prefix="tilex-cost-model-")
+    os.makedirs(work, exist_ok=True)
+    if args.part in ("exhaustive", "all"):
+        exhaustive_pass(work)
+    if args.part in ("evaluate", "all"):
+        evaluate(work, args.folds, args.top, args.tuned_shapes)
 
 
 if __name__ == "__main__":

@@ -67,3 +67,34 @@ def test_ranker_finds_the_fastest_on_held_out_problems(tmp_path):
     assert hits >= 0.8 * len(held)
     with pytest.raises(ValueError, match="two or more"):
         CostModel().fit([{"problem": "x", "features": {}, "ms": 1.0}])
+
+
+def test_tuner_ranks_before_compiling_with_top_k(tmp_path):
+    """With top_k and a database of other problems, the tuner compiles only the max(2 top_k, top_k + 3)
+    configurations a model on the program-only features ranks fastest (the oracle among them) and reports the rest
+    as skipped."""
+    from tilex.autotuner import AutoTuner
+    from tilex.autotuner.cost_model import known_before_compiling
+
+    db = MeasurementDB(str(tmp_path / "m.jsonl"))
+    rng = np.random.default_rng(1)
+    for _ in range(12):
+        s = (int(2 ** rng.uniform(6, 13)), int(2 ** rng.integers(10, 14)), int(2 ** rng.integers(9, 13)))
+        db.add(repr(s), rows_for(*s))
+
+    def gemm(M, N, K, bm=128, bn=128, stages=3, threads=128):
+        return matmul(M, N, K, bm=bm, bn=bn, bk=64, stages=stages, threads=threads)
+
+    configs = [dict(bm=bm, bn=bn, stages=st, threads=th) for bm, bn, st, th in TILES + [(64, 128, 3, 128)]]
+    t = AutoTuner(gemm, configs, out_idx=-1, target="sm_90a", top_k=1, cost_db=db.path, parallel="thread",
+                  progress=False)
+    job = t._bind((2048, 4096, 1024), {})
+    keep = t._keep_before_compiling(job)
+    assert keep is not None and len(keep) == 4 and keep == sorted(keep)
+    ms = [synthetic_ms(2048, 4096, 1024, c["bm"], c["bn"]) for c in configs]
+    assert int(np.argmin(ms)) in keep
+    report = t._compile_subset(job, keep)
+    assert [r.index for r in report.results] == list(range(len(configs)))
+    assert {r.index for r in report.results if r.status == "compiled"} == set(keep)
+    assert all("ranked out" in r.reason for r in report.results if r.index not in keep)
+    assert known_before_compiling("cfg.bm") and not known_before_compiling("registers")

@@ -25,7 +25,7 @@ from .cache import autotune_cache_dir
 from .dispatch import blocks_per_sm
 from .launch_shape import launch_shape
 
-__all__ = ["program_features", "MeasurementDB", "CostModel", "default_db_path"]
+__all__ = ["program_features", "known_before_compiling", "MeasurementDB", "CostModel", "default_db_path"]
 
 
 def default_db_path() -> str:
@@ -101,10 +101,18 @@ class MeasurementDB:
         return {r["problem"] for r in self.load()}
 
 
-class CostModel:
-    """XGBoost regressor of log(t / t_best) over :func:`program_features`."""
+def known_before_compiling(name: str) -> bool:
+    """Whether feature `name` is known from the program alone (no ptxas report, no shared-memory plan): what a
+    model ranking configurations before they are compiled may use."""
+    return name in ("grid", "loops", "threads", "log_grid") or name.startswith(("cfg.", "arg."))
 
-    def __init__(self, n_estimators: int = 300, max_depth: int = 6, learning_rate: float = 0.1, seed: int = 0):
+
+class CostModel:
+    """XGBoost regressor of log(t / t_best) over :func:`program_features` (those `only` accepts, if given)."""
+
+    def __init__(self, n_estimators: int = 300, max_depth: int = 6, learning_rate: float = 0.1, seed: int = 0,
+                 only=None):
+        self.only = only
         self.rounds = n_estimators
         self.params = {"max_depth": max_depth, "eta": learning_rate, "seed": seed, "objective": "reg:squarederror",
                        "verbosity": 0}
@@ -135,7 +143,7 @@ class CostModel:
                 target.append(math.log(r["ms"] / best))
         if not feats:
             raise ValueError("CostModel.fit: no problem with two or more measured configurations")
-        self.names = sorted({k for f in feats for k in f})
+        self.names = sorted({k for f in feats for k in f if self.only is None or self.only(k)})
         data = xgboost.DMatrix(self._matrix(feats), label=np.asarray(target), missing=math.nan)
         self.model = xgboost.train(self.params, data, num_boost_round=self.rounds)
         self.problems = len(by_problem)

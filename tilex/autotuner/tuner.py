@@ -61,7 +61,7 @@ from tilex.jit import compile as compile_kernel
 
 from . import bench, smem
 from . import cache as acache
-from .cost_model import CostModel, MeasurementDB, program_features
+from .cost_model import CostModel, MeasurementDB, known_before_compiling, program_features
 from .dynamic import build_dynamic_kernel, profile, sized_supply
 from .inputs import as_list, compare_outputs, default_supply
 from .launch_shape import launch_shape
@@ -509,6 +509,40 @@ class AutoTuner:
                 logger.debug("tilex autotune: no features for configuration %d: %s", r.index, e)
         return out
 
+    def _keep_before_compiling(self, job) -> list[int] | None:
+        """With ``top_k``: the configurations worth compiling, ranked by a model on the features known before
+        compiling (:func:`~tilex.autotuner.cost_model.known_before_compiling`); max(2 top_k, top_k + 3) of them.
+        None (compile all) when the database is too small or a program has no features."""
+        n = len(job.configs)
+        keep_n = max(2 * self.top_k, self.top_k + 3)
+        if n <= keep_n:
+            return None
+        problem = self._problem_key(job)
+        records = self._db().load()
+        if len({r["problem"] for r in records} - {problem}) < MIN_PROBLEMS_TO_RANK:
+            return None
+        try:
+            sms = num_sms(env.target_arch(job.target))
+            feats = [program_features(job.build_func(i), job.configs[i], job.args, None, None, sms) for i in range(n)]
+            model = CostModel(only=known_before_compiling).fit(records, exclude={problem})
+        except Exception as e:  # noqa: BLE001 - compile everything instead
+            logger.info("tilex autotune: no ranking before compiling (%s)", e)
+            return None
+        return sorted(model.rank(feats)[:keep_n])
+
+    def _compile_subset(self, job, keep) -> CompileReport:
+        """Compile configurations `keep` of `job` only; the others are reported as skipped."""
+        sub = _Job(job.factory, job.args, job.kwargs, [job.configs[i] for i in keep],
+                   [job.call_cfgs[i] for i in keep], job.target, job.target_spec, job.out_idx, job.pass_configs)
+        sub.cache_payload = job.cache_payload
+        part = self._compile_job(sub)
+        results = [ConfigResult(i, c, SKIPPED, reason="ranked out before compiling by the cost model")
+                   for i, c in enumerate(job.configs)]
+        for i, r in zip(keep, part.results):
+            r.index = i
+            results[i] = r
+        return CompileReport(job, results, part.mode, part.mode_reason)
+
     def _rank(self, report, todo, features):
         """The `top_k` configurations of `todo` the cost model ranks fastest (all of them when the database holds
         too few other problems to train on); the rest are skipped with that reason."""
@@ -542,7 +576,8 @@ class AutoTuner:
         if not _cuda_available():
             raise AutotuneError("tilex autotune: benchmarking needs a CUDA GPU (torch sees none); "
                                 "AutoTuner.compile(...) runs the compile phase alone")
-        report = self._compile_job(job)
+        keep = self._keep_before_compiling(job) if self.top_k else None
+        report = self._compile_job(job) if keep is None else self._compile_subset(job, keep)
         if not report.compiled:
             raise AutotuneError("tilex autotune: no configuration compiled:\n" + report.table(), report.results)
         res = self.benchmark(report)
