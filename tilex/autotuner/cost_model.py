@@ -34,9 +34,7 @@ def default_db_path() -> str:
 
 def _numbers(prefix, value, out):
     """Numeric leaves of a config value (ints, floats, bools; tuples and lists by position) as features."""
-    if isinstance(value, bool):
-        out[prefix] = float(value)
-    elif isinstance(value, (int, float)):
+    if isinstance(value, (int, float)):  # bools too
         out[prefix] = float(value)
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):
@@ -146,7 +144,6 @@ class CostModel:
         self.names = sorted({k for f in feats for k in f if self.only is None or self.only(k)})
         data = xgboost.DMatrix(self._matrix(feats), label=np.asarray(target), missing=math.nan)
         self.model = xgboost.train(self.params, data, num_boost_round=self.rounds)
-        self.problems = len(by_problem)
         return self
 
     def predict(self, features) -> np.ndarray:

@@ -79,8 +79,8 @@ class DispatchTable:
         self.groups = [list(g) for g in groups]
         self.models = models  # macro index -> WaveModel
         self.shapes = shapes
-        self._table = WaveTable({m: self.models[m] for m in self.models}, self._shape_map)
-        self._choice = self._dense()
+        self._table = WaveTable(self.models, self._shape_map)
+        self.choices = self._dense()  # the configuration per value 0 .. max_value
         self._far: dict = {}
 
     # -- building
@@ -111,17 +111,17 @@ class DispatchTable:
         values = np.arange(1, self.max_value + 1, dtype=np.int64)
         best_t = np.full(values.shape, np.inf)
         best_macro = np.zeros(values.shape, dtype=np.int64)
+        launches = {}
         for m, model in self.models.items():
-            grid, loops = self.shapes[self.groups[m][0]].at_many(**{self.dim: values})
-            t = model.predict_many(grid, loops)
+            launches[m] = self.shapes[self.groups[m][0]].at_many(**{self.dim: values})
+            t = model.predict_many(*launches[m])
             better = t < best_t
             best_t[better] = t[better]
             best_macro[better] = m
         choice = [0] * (self.max_value + 1)
-        for k, v in enumerate(values.tolist()):
-            m = int(best_macro[k])
-            grid, loops = self._shape_map(m, v)
-            choice[v] = self.models[m].micro_config(grid, loops)
+        for k, m in enumerate(best_macro.tolist()):
+            grid, loops = launches[m]
+            choice[k + 1] = self.models[m].micro_config(int(grid[k]), int(loops[k]))
         choice[0] = choice[1]
         return choice
 
@@ -130,20 +130,12 @@ class DispatchTable:
         """The configuration index for `value` (the least predicted latency over the macro configurations, and
         that macro's micro configuration for the call's wave count)."""
         if 0 <= value <= self.max_value:
-            return self._choice[value]
+            return self.choices[value]
         hit = self._far.get(value)
         if hit is None:
             _, micro, _ = self._table.choose(value)
             hit = self._far[value] = micro
         return hit
-
-    def predict(self, value: int, config: int) -> float:
-        """The model's latency for `config` (whose macro configuration was measured) at `value`."""
-        for m, group in enumerate(self.groups):
-            if config in group:
-                grid, loops = self._shape_map(m, value)
-                return self.models[m].predict(grid, loops)
-        raise KeyError(f"configuration {config} was not measured")
 
     # -- saving
     def to_json(self) -> dict:
@@ -190,10 +182,9 @@ class DynamicKernel:
         self.source = source  # (input position, dimension), dimension None for a scalar argument
         self.dim = table.dim
         self.samples: dict = {}
-        self._by_value = [kernels[i] for i in table._choice]
+        self._by_value = [kernels[i] for i in table.choices]
         self._fallback = next(k for k in kernels if k is not None)
-        pos, axis = source
-        self._pos, self._axis = pos, axis
+        self._pos, self._axis = source
 
     def choose(self, value: int) -> int:
         return self.table.choose(value)
@@ -205,12 +196,13 @@ class DynamicKernel:
         return self.kernels[self.table.choose(value)]
 
     def __call__(self, *args):
+        value = None
         try:
             a = args[self._pos]
             value = a if self._axis is None else a.shape[self._axis]
             kernel = self._by_value[value] if value >= 0 else self._fallback
         except IndexError:  # a value past the dense table (the model decides), or too few arguments
-            kernel = self._kernel_past_table(args)
+            kernel = self._fallback if value is None else self.kernels[self.table.choose(value)]
         except (AttributeError, TypeError):  # not a size: the kernel's argument checks name the problem
             kernel = self._fallback
         try:
@@ -219,19 +211,11 @@ class DynamicKernel:
             kernel._checker.prepare(args)  # names a bad argument; arguments that pass re-raise the error
             raise
 
-    def _kernel_past_table(self, args):
-        try:
-            a = args[self._pos]
-            value = a if self._axis is None else a.shape[self._axis]
-        except IndexError:
-            return self._fallback
-        return self.kernels[self.table.choose(int(value))]
-
     @property
     def params(self):
         return self._fallback.params
 
     def __repr__(self):
-        used = sorted(set(self.table._choice))
+        used = sorted(set(self.table.choices))
         return (f"<tilex.DynamicKernel over '{self.dim}' (1..{self.table.max_value} tabulated): "
                 f"{len(used)} of {len(self.kernels)} configurations used>")

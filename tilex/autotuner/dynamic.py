@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from tilex.jit.args import first_bindings
+
 from . import bench
 from .dispatch import DispatchTable, DynamicKernel, blocks_per_sm, macro_groups, sample_values
 from .launch_shape import launch_shape
@@ -24,13 +26,9 @@ def size_source(params, dim: str) -> tuple[int, int | None]:
     """(input position, dimension) of the first input whose shape uses the symbolic size `dim`, or (position,
     None) for a scalar input named `dim`: where a call's value of the size is read."""
     inputs = [p for p in params if not p.is_output]
-    for pos, p in enumerate(inputs):
-        if p.kind == "scalar" and p.name == dim:
-            return pos, None
-        if p.kind == "buffer":
-            for axis, d in enumerate(p.shape):
-                if isinstance(d, tuple) and d[2] == dim:
-                    return pos, axis
+    for pos, axis, name in sorted(first_bindings(inputs).values(), key=lambda b: b[0]):
+        if name == dim:
+            return pos, axis
     raise AutotuneError(f"tilex autotune: no input of the kernel is sized by '{dim}' (dynamic={dim!r}); its "
                         f"inputs are {[repr(p) for p in inputs]}")
 

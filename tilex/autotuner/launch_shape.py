@@ -28,24 +28,21 @@ class LaunchShape:
 
     def at(self, **sizes) -> tuple[int, int]:
         """(G, L) for the given values of the symbolic sizes (by name); every size the extents use is needed."""
-        unknown = set(sizes) - set(self.variables)
-        if unknown:
-            raise ValueError(f"launch_shape: the program has no symbolic size(s) {sorted(unknown)}; it has "
-                             f"{sorted(self.variables)}")
         grid, loops = self._evaluate(sizes)
         return int(grid), int(loops)
 
     def at_many(self, **sizes):
         """(G, L) as int64 numpy arrays for arrays of size values (broadcast together)."""
-        unknown = set(sizes) - set(self.variables)
-        if unknown:
-            raise ValueError(f"launch_shape: the program has no symbolic size(s) {sorted(unknown)}")
         arrays = {k: np.asarray(v, dtype=np.int64) for k, v in sizes.items()}
         grid, loops = self._evaluate(arrays)
         shape = np.broadcast_shapes(*(a.shape for a in arrays.values())) if arrays else ()
         return np.broadcast_to(grid, shape).astype(np.int64), np.broadcast_to(loops, shape).astype(np.int64)
 
     def _evaluate(self, sizes):
+        unknown = set(sizes) - set(self.variables)
+        if unknown:
+            raise ValueError(f"launch_shape: the program has no symbolic size(s) {sorted(unknown)}; it has "
+                             f"{sorted(self.variables)}")
         if self._eval is None:
             self._eval = ([_evaluator(e) for e in self.grid_extents], [_evaluator(e) for e in self.loop_extents])
         grid = 1

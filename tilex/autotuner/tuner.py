@@ -39,6 +39,7 @@ function).
 """
 from __future__ import annotations
 
+import collections
 import functools
 import hashlib
 import inspect
@@ -493,12 +494,29 @@ class AutoTuner:
         except acache.UnstableKeyError:
             return repr((job.args, job.kwargs))
 
+    @staticmethod
+    def _sms(job) -> int:
+        """Multiprocessors of the job's target (the features' wave counts)."""
+        try:
+            return num_sms(env.target_arch(job.target))
+        except Exception:  # noqa: BLE001
+            return 132
+
+    def _training_records(self, job):
+        """(this problem's key, the database's records) when the database holds measurements of at least
+        MIN_PROBLEMS_TO_RANK other problems, else None (the cost model is not trusted yet)."""
+        problem = self._problem_key(job)
+        records = self._db().load()
+        others = {r["problem"] for r in records} - {problem}
+        if len(others) < MIN_PROBLEMS_TO_RANK:
+            logger.info("tilex autotune: no ranking (the measurement database has %d other problems; the cost model "
+                        "needs %d)", len(others), MIN_PROBLEMS_TO_RANK)
+            return None
+        return problem, records
+
     def _features(self, report, todo) -> dict:
         """Static features per compiled configuration (index -> dict), where they can be computed."""
-        try:
-            sms = num_sms(env.target_arch(report.job.target))
-        except Exception:  # noqa: BLE001
-            sms = 132
+        sms = self._sms(report.job)
         out = {}
         for r in todo:
             try:
@@ -517,12 +535,12 @@ class AutoTuner:
         keep_n = max(2 * self.top_k, self.top_k + 3)
         if n <= keep_n:
             return None
-        problem = self._problem_key(job)
-        records = self._db().load()
-        if len({r["problem"] for r in records} - {problem}) < MIN_PROBLEMS_TO_RANK:
+        training = self._training_records(job)
+        if training is None:
             return None
+        problem, records = training
         try:
-            sms = num_sms(env.target_arch(job.target))
+            sms = self._sms(job)
             feats = [program_features(job.build_func(i), job.configs[i], job.args, None, None, sms) for i in range(n)]
             model = CostModel(only=known_before_compiling).fit(records, exclude={problem})
         except Exception as e:  # noqa: BLE001 - compile everything instead
@@ -546,13 +564,10 @@ class AutoTuner:
     def _rank(self, report, todo, features):
         """The `top_k` configurations of `todo` the cost model ranks fastest (all of them when the database holds
         too few other problems to train on); the rest are skipped with that reason."""
-        problem = self._problem_key(report.job)
-        records = self._db().load()
-        others = {r["problem"] for r in records} - {problem}
-        if len(others) < MIN_PROBLEMS_TO_RANK or any(r.index not in features for r in todo):
-            logger.info("tilex autotune: measuring every configuration (the measurement database has %d other "
-                        "problems; the cost model needs %d)", len(others), MIN_PROBLEMS_TO_RANK)
+        training = None if any(r.index not in features for r in todo) else self._training_records(report.job)
+        if training is None:
             return todo
+        problem, records = training
         model = CostModel().fit(records, exclude={problem})
         order = model.rank([features[r.index] for r in todo])
         keep = [todo[i] for i in order[:self.top_k]]
@@ -675,10 +690,7 @@ class AutoTuner:
 
     @staticmethod
     def _dynamic_result(dk, results, key, path, from_cache=False) -> TuneResult:
-        counts: dict = {}
-        for i in dk.table._choice[1:]:
-            counts[i] = counts.get(i, 0) + 1
-        best_index = max(counts, key=counts.get)
+        best_index = collections.Counter(dk.table.choices[1:]).most_common(1)[0][0]
         best = next(r for r in results if r.index == best_index)
         if best.kernel is not None:
             _label(best)

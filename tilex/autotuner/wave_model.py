@@ -8,8 +8,8 @@ blocks per SM), the launch runs in w = ceil(G / capacity) waves. Within one wave
 
 and it jumps where w changes. A :class:`WaveModel` holds one coefficient tuple per wave count it was measured at
 (a constant where one launch shape was measured in the wave), interpolates between measured wave counts, and
-holds one more fit over its last measured waves for grids past them (extrapolation), and per (wave, loop anchor) the micro
-configuration that measured best there. :class:`WaveTable` holds one model per macro configuration (the tile
+holds one more fit over its last measured waves for grids past them (extrapolation), and per (wave, loop
+anchor) the micro configuration that measured best there. :class:`WaveTable` holds one model per macro configuration (the tile
 shape, which sets G and L) and picks, for a call's (G, L) per macro config, the one with the least predicted
 latency, then the micro configuration of the nearest loop anchor: a few multiply-adds and two lookups.
 

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from tilex.jit.dtypes import tvm_to_torch_dtype
 from tilex.jit.launcher import caller_factory, dtype_triple, encode_recipe
 
-__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "DATA_ALIGNMENT"]
+__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "first_bindings", "DATA_ALIGNMENT"]
 
 #: Bytes every tensor argument's data pointer must be a multiple of: the widest access a tilex kernel makes
 #: (16-byte vector loads / stores, cp.async and TMA boxes all need it).
@@ -63,6 +63,17 @@ def normalize_out_idx(out_idx, nparams: int) -> list[int]:
             raise ValueError(f"tilex: out_idx lists parameter {j} twice")
         res.append(j)
     return res
+
+
+def first_bindings(inputs) -> dict:
+    """Where each symbolic size of a kernel is first bound by its inputs (ParamSpecs, in call order): slot ->
+    (input position, dimension, name), the dimension None for a scalar input that is the size itself."""
+    out: dict = {}
+    for pos, s in enumerate(inputs):
+        for k, d in enumerate(s.shape):
+            if isinstance(d, tuple) and d[1] not in out:
+                out[d[1]] = (pos, None if s.kind == "scalar" else k, d[2])
+    return out
 
 
 class ArgChecker:
@@ -146,12 +157,7 @@ class ArgChecker:
         tensor_pos = tuple(pos for s, pos in self._buf_plan)
         first = tensor_pos[0] if tensor_pos else None
         place = {s.index: pos for s, pos in self._in_plan}
-        # where each symbolic slot is first bound: (input position, dimension) or (position, None) for a scalar
-        source = {}
-        for s, pos in self._in_plan:
-            for k, d in enumerate(s.shape):
-                if isinstance(d, tuple) and d[1] not in source:
-                    source[d[1]] = (pos, None if s.kind == "scalar" else k)
+        source = {slot: (pos, axis) for slot, (pos, axis, _) in first_bindings(self.inputs).items()}
         outs = []
         for s in self.outputs:
             recipe = tuple(d if d.__class__ is int else source[d[1]] for d in s.shape)

@@ -22,8 +22,10 @@ in row clusters along x (``tilex.cluster_size``, :mod:`.clusters`).
 A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has a static x
 extent and a static y extent with more tiles than block slots, or a y extent of kernel sizes alone (a
 ``T.dynamic`` M: the grid is then every slot, stream-K shares whatever the run-time tile count leaves over,
-and a cluster's last group may hang past the grid), no ``blockIdx.z``, a trip count that does not depend on the block indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live across the
-tile loop, so MergeSharedMemoryAllocations gives it bytes of its own (the producer refills stages meanwhile).
+and a cluster's last group may hang past the grid), no ``blockIdx.z``, a trip count that does not depend on
+the block indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live
+across the tile loop, so MergeSharedMemoryAllocations gives it bytes of its own (the producer refills stages
+meanwhile).
 """
 from __future__ import annotations
 
@@ -158,11 +160,17 @@ def _plan(func, attrs, target):
     grid -= grid % size
     cons = split[0].else_case
     items = seq_items(_consumer_parts(cons)[1])
-    gy = extents["blockIdx.y"]
-    units = tiles // size if not symbolic else extents["blockIdx.x"] * tirx.floordiv(gy + (size - 1), size)
+    units = extents["blockIdx.x"] * _tile_groups(extents["blockIdx.y"], size)
     sk = stream_k_plan(items, _loop_indices(items), units, grid // size, int(cons.value),
                        tags["threadIdx.x"].node.var, attrs[0].value)
     return PersistentPlan(chain, tags, extents, grid, size, sk)
+
+
+def _tile_groups(gy, size):
+    """Groups of `size` block rows in a grid `gy` rows high. A symbolic height may be odd: its last group then has
+    rows past the grid, whose loads read zeros (TMA fills boxes outside the tensor) and whose stores the
+    epilogue's bounds checks drop. (A static height is a multiple of `size`: clusters.tile_group_size.)"""
+    return gy // size if isinstance(gy, int) else tirx.floordiv(gy + (size - 1), size)
 
 
 def _symbolic_rows_ok(extent) -> bool:
@@ -189,9 +197,7 @@ def _rewrite(plan):
     markers = find_markers(chain[0])
     panel, order = markers[0] if markers else (None, None)
     gx, gy = plan.extents["blockIdx.x"], plan.extents["blockIdx.y"]
-    # a symbolic height may be odd: its last group then has rows past the grid, whose loads read zeros (TMA
-    # fills boxes outside the tensor) and whose stores the epilogue's bounds checks drop
-    groups = gy // size if isinstance(gy, int) else tirx.floordiv(gy + (size - 1), size)
+    groups = _tile_groups(gy, size)
     pid = tirx.Var("blockIdx_x", "int32")
     bx_var = tags["blockIdx.x"].node.var
     by_var = tags["blockIdx.y"].node.var if "blockIdx.y" in tags else None

@@ -4,8 +4,9 @@ Consumes: the consumer statements of a warp-specialized kernel that PersistentTi
 holds the pipeline loop, whose ``tilex.ws_pipeline_lo`` / ``_hi`` attributes let it run any segment ``[lo, hi)``
 of a unit's K iterations), and how the persistent grid shares its units among its workers (:class:`Workers`).
 Produces: a :class:`StreamKPlan` when the units (tiles, or tile groups of a cluster) do not divide evenly among
-the workers (blocks, or clusters), or may not (a unit count of kernel sizes); then, after the ``units // workers`` rounds of whole units, the loop over the
-segments of a worker's equal share of the remaining units' K iterations (:func:`segment_loop`). The worker
+the workers (blocks, or clusters), or may not (a unit count of kernel sizes); then, after the
+``units // workers`` rounds of whole units, the loop over the segments of a worker's equal share of the
+remaining units' K iterations (:func:`segment_loop`). The worker
 holding a unit's first iteration owns it; the others leave fp32 partial accumulators in global memory and raise
 a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's
 global writes, while the shared-memory steps stay unconditional so the barriers between them do too. When it
