@@ -151,8 +151,9 @@ def test_map_measure_keeps_job_order(tracker, cpu_lib):
 
 
 def test_map_measure_runs_sessions_in_parallel(tracker, cpu_lib):
+    # every session is a spawned process (local_tracker's default): the work must outweigh its start-up
     runner = RemoteRunner(*tracker, KEY, device="cpu")
-    job = dict(lib_path=cpu_lib, func_name="add", arg_specs=[VEC, VEC, VEC], number=1, repeat=3, min_repeat_ms=300)
+    job = dict(lib_path=cpu_lib, func_name="add", arg_specs=[VEC, VEC, VEC], number=1, repeat=3, min_repeat_ms=600)
     start = time.monotonic()
     map_measure([runner], [job, job])  # one session, one job after the other
     serial = time.monotonic() - start

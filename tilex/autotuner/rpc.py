@@ -401,11 +401,13 @@ def _stop_process_group(proc: subprocess.Popen, grace: float = 5.0) -> None:
 @contextlib.contextmanager
 def local_tracker(key: str = "local", *, host: str = "127.0.0.1", num_servers: int = 1,
                   startup_timeout: float = 60.0, server_args: Sequence[str] = (),
-                  log_dir: str | None = None) -> Iterator[tuple[str, int]]:
+                  log_dir: str | None = None, fork: bool = False) -> Iterator[tuple[str, int]]:
     """Start ``python -m tvm.exec.rpc_tracker`` and ``num_servers`` ``python -m tvm.exec.rpc_server --key KEY``
     on free ports of ``host``; yield ``(host, tracker_port)`` once every server is registered; stop them all on
     exit, also on an exception. Their output goes to ``log_dir`` (a temporary folder, removed afterwards, when
-    None) and is quoted in the error when one fails to start within ``startup_timeout`` seconds."""
+    None) and is quoted in the error when one fails to start within ``startup_timeout`` seconds. A server serves
+    each session in a spawned process (``--no-fork``) unless ``fork``: a forked session cannot initialize CUDA
+    (``cudaErrorInitializationError``, measured on the H100 machine)."""
     missing = [m for m in ("tornado", "cloudpickle") if importlib.util.find_spec(m) is None]
     if missing:
         raise RuntimeError(f"TVM's RPC tracker/server need the Python package(s) {', '.join(missing)}: "
@@ -451,7 +453,8 @@ def local_tracker(key: str = "local", *, host: str = "127.0.0.1", num_servers: i
         for n in range(num_servers):
             server_port = _free_port(host)
             spawn(f"rpc server {n}", "tvm.exec.rpc_server", "--host", host, "--port", server_port,
-                  "--port-end", server_port + 1, "--tracker", f"{host}:{port}", "--key", key, *server_args)
+                  "--port-end", server_port + 1, "--tracker", f"{host}:{port}", "--key", key,
+                  *(() if fork else ("--no-fork",)), *server_args)
         while True:
             fail_if_exited()
             registered = len(_servers_under(tracker_summary(host, port, timeout=5.0), key))
