@@ -30,6 +30,18 @@ DYNAMIC_CONFIGS = [c for c in CONFIGS if not (len(c) > 6 and c[6] > 1) and not (
     (128, 128, 64, 5, 128, 0, 0, 1),
     (128, 128, 64, 4, 256, 8, 0, 1),
     (64, 256, 64, 4, 128, 0, 0, 1),
+] + [  # swap-AB tiles of 256 columns of C and 96-192 rows of A (the instruction's N side takes any multiple of 8),
+    # so that some row-block height fits the M of a call into whole waves, as cuBLAS's kernels do
+    (96, 256, 64, 4, 256, 0, -1, 1),
+    (128, 256, 64, 4, 256, 0, -1),
+    (136, 256, 64, 4, 256, 0, -1),
+    (160, 256, 64, 4, 256, 0, -1),
+    (176, 256, 64, 4, 256, 0, -1),
+    (192, 256, 64, 4, 256, 0, -1),
+    (88, 128, 64, 8, 128, 0, -1),
+    (104, 128, 64, 7, 128, 0, -1),
+    (184, 128, 64, 5, 256, 0, -1),
+    (200, 128, 64, 5, 256, 0, -1),
 ]
 
 
