@@ -3,6 +3,7 @@ the exhaustive per-M oracle, the best single configuration and cuBLAS; and the h
 
     python benchmarks/bench_dynamic.py --part select     # dynamic-M GEMM, N = K = 8192 and N = 28672, K = 8192
     python benchmarks/bench_dynamic.py --part overhead   # host time per call of a tiny kernel vs torch.add
+    python benchmarks/bench_dynamic.py --part devices    # tuning throughput on one GPU vs every GPU of the host
 
 Every ratio is measured in one process (`tilex.autotuner.do_bench`, L2 flushed).
 """
@@ -182,9 +183,57 @@ def overhead():
         print(f"| {k} | {v:.2f} | {v / res['torch.add']:.2f} |")
 
 
+# ---- tuning throughput over the GPUs of the host -----------------------------------------------------------------
+def devices_part(M=4096, N=8192, K=8192, max_m=16384):
+    """Wall time of the two measuring phases on GPU 0 alone and on every GPU (compiled once, before timing):
+    the static benchmark phase over DYNAMIC_CONFIGS at one M, and the dynamic profile of them over M."""
+    from tilex.autotuner import dynamic as dyn
+    from tilex.autotuner.devices import bench_devices
+    from tilex.autotuner.inputs import default_supply
+
+    every = bench_devices()
+    print(f"\n## tuning throughput: {len(every)} GPU(s) ({torch.cuda.get_device_name(0)})", flush=True)
+    tuner = AutoTuner(gemm, [{"cfg": c} for c in DYNAMIC_CONFIGS], out_idx=-1, ref_prog=lambda a, b: a @ b,
+                      cache=False, progress=False, record=False, warmup=5, rep=20)
+    report = tuner.compile(M, N, K)
+    rows = []
+
+    def bench_phase():
+        for r in report.results:  # measure them again: a benchmark marks what it measured
+            if r.kernel is not None:
+                r.status = "compiled"
+        tuner.benchmark(report)
+
+    for devs in ([every[0]], every) if len(every) > 1 else ([every[0]],):
+        tuner.devices = devs
+        bench_phase()  # warm: inputs, flush buffers, module loads on every device
+        t = time.time()
+        bench_phase()
+        rows.append((f"benchmark phase, {len(report.compiled)} configs, M = {M}", len(devs), time.time() - t))
+    dtuner = AutoTuner(gemm, [{"cfg": c} for c in DYNAMIC_CONFIGS], out_idx=-1, cache=False, progress=False,
+                       record=False, dynamic={"m": max_m})
+    dreport = dtuner.compile(T.dynamic("m"), N, K)
+    kernels = {r.index: r.kernel for r in dreport.compiled}
+    funcs = {i: dreport.job.build_func(i) for i in kernels}
+    first = next(iter(kernels.values()))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for devs in ([every[0]], every) if len(every) > 1 else ([every[0]],):
+        t = time.time()
+        _, _, samples = dyn.profile(kernels, funcs, "m", max_m,
+                                    lambda: dyn.sized_supply(first.params, "m", max_m, default_supply), sms,
+                                    devices=devs)
+        n = sum(len(v) for v in samples.values())
+        rows.append((f"dynamic profile, {len(kernels)} configs, {n} samples", len(devs), time.time() - t))
+    print("\n| phase | GPUs | wall s | throughput vs one GPU |\n| --- | --- | --- | --- |")
+    base = {}
+    for what, g, sec in rows:
+        base.setdefault(what, sec)
+        print(f"| {what} | {g} | {sec:.1f} | {base[what] / sec:.2f}x |")
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--part", choices=["select", "overhead", "all"], default="all")
+    p.add_argument("--part", choices=["select", "overhead", "devices", "all"], default="all")
     p.add_argument("--max-m", type=int, default=16384)
     p.add_argument("--count", type=int, default=40)
     p.add_argument("--rep", type=float, default=10)
@@ -195,6 +244,8 @@ def main():
     args = p.parse_args()
     if args.part in ("overhead", "all"):
         overhead()
+    if args.part in ("devices", "all"):
+        devices_part()
     if args.part in ("select", "all"):
         out = []
         for s in args.shapes.split(","):

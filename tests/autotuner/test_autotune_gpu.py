@@ -120,3 +120,21 @@ def test_do_bench():
     k = tilex.compile(tune_kernels.matmul(1024, 1024, 1024, 64, 64, 32, 2, 128), out_idx=[2])
     a = torch.randn(1024, 1024, device="cuda", dtype=torch.float16)
     assert at.do_bench(lambda: k(a, a), warmup=2, rep=10) > 0
+
+
+def test_benchmark_phase_on_two_threads_of_one_gpu():
+    # devices=[0, 0]: the multi-GPU path (one thread per device pulling configurations) on a one-GPU machine
+    t = at.AutoTuner(tune_kernels.matmul, CONFIGS, out_idx=[2], warmup=1, rep=5, cache=False, ref_prog=_ref,
+                     progress=False, devices=[0, 0])
+    res = t.run(512, 512, 512)
+    ok = [r for r in res.results if r.ok]
+    assert len(ok) == 3 and all(r.device == 0 and r.latency > 0 for r in ok)
+    assert res.latency == min(r.latency for r in ok) and res.ref_latency > 0
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_benchmark_phase_uses_every_gpu():
+    t = at.AutoTuner(tune_kernels.matmul, CONFIGS * 2, out_idx=[2], warmup=1, rep=50, cache=False,
+                     ref_prog=_ref, progress=False)
+    res = t.run(1024, 1024, 1024)
+    assert {r.device for r in res.results if r.ok} == set(range(torch.cuda.device_count()))

@@ -1,5 +1,6 @@
 """Autotuner tests that need no GPU: configurations, binding errors, the cache key and the cache, failing
 configurations, the shared-memory estimate, and the compile phase (threads and worker processes, sm_90a)."""
+import contextlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import tilex
 import tilex.autotuner as at
 import tune_kernels
 from tilex.autotuner import cache as acache
+from tilex.autotuner import devices as devices_mod
 from tilex.autotuner import inputs, results
 from tilex.autotuner import tuner as tuner_mod
 
@@ -437,6 +439,8 @@ def _fake_gpu(monkeypatch):
     monkeypatch.setattr(tuner_mod, "_device_name", lambda: "fake GPU")
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
     monkeypatch.setattr(bench, "do_bench", fake_do_bench)
+    monkeypatch.setattr(tuner_mod, "bench_devices", lambda devices=None: [0])
+    monkeypatch.setattr(devices_mod, "_cuda_device", lambda dev: contextlib.nullcontext())
 
 
 def test_benchmark_phase_logic(monkeypatch):

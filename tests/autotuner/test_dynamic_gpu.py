@@ -36,3 +36,18 @@ def test_dynamic_m_selects_per_call_and_reloads_its_table():
     again = AutoTuner(gemm, CONFIGS, out_idx=-1, ref_prog=lambda a, b: a @ b, dynamic={"m": 1024},
                       progress=False).run(T.dynamic("m"), 512, 256)
     assert again.from_cache and again.kernel.table.choices == dk.table.choices
+
+
+@pytest.mark.gpu
+def test_dynamic_profile_on_two_threads_of_one_gpu():
+    # devices=[0, 0]: the sample values are shared by two threads (each with its own inputs)
+    tuner = AutoTuner(gemm, CONFIGS, out_idx=-1, ref_prog=lambda a, b: a @ b, dynamic={"m": 1024}, progress=False,
+                      warmup=1, rep=3, cache=False, devices=[0, 0])
+    dk = tuner.run(T.dynamic("m"), 512, 256).kernel
+    assert sorted(dk.samples) == list(range(len(CONFIGS)))
+    for points in dk.samples.values():
+        values = [v for v, _ in points]
+        assert values == sorted(values) and all(ms > 0 for _, ms in points)
+    b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+    a = torch.randn(300, 256, device="cuda", dtype=torch.float16)
+    torch.testing.assert_close(dk(a, b).float(), a.float() @ b.float(), atol=5e-2, rtol=1e-2)

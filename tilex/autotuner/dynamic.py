@@ -13,6 +13,7 @@ import logging
 from tilex.jit.args import first_bindings
 
 from . import bench
+from .devices import run_on_devices
 from .dispatch import DispatchTable, DynamicKernel, blocks_per_sm, macro_groups, sample_values
 from .launch_shape import launch_shape
 from .results import AutotuneError
@@ -77,11 +78,16 @@ class _Sized:
         self.shape = shape
 
 
-def profile(kernels: dict, funcs: dict, dim: str, max_value: int, supply, sms: int, smem: dict | None = None,
-            max_waves: int = 8, per_wave: int = 3, warmup: float = 5, rep: float = 20, progress=None):
+def profile(kernels: dict, funcs: dict, dim: str, max_value: int, make_supply, sms: int, smem: dict | None = None,
+            max_waves: int = 8, per_wave: int = 3, warmup: float = 5, rep: float = 20, progress=None,
+            devices=(0,)):
     """Measure each compiled configuration (``kernels[i]``, built from ``funcs[i]``; ``smem[i]`` its shared memory
-    per block, when known) at the wave-aligned sample values of its macro configuration. Returns
-    ``(shapes, capacities, samples)`` for :meth:`DispatchTable.fit`: ``samples[i] = [(value, ms), ...]``."""
+    per block, when known) at the wave-aligned sample values of its macro configuration, spreading the values
+    over ``devices`` (:func:`~tilex.autotuner.devices.run_on_devices`; the members of a macro configuration are
+    timed one after the other on one GPU at each value). ``make_supply()`` is called once per device, on it, and
+    returns that device's ``inputs(value)``. Returns ``(shapes, capacities, samples)`` for
+    :meth:`DispatchTable.fit`: ``samples[i] = [(value, ms), ...]``; a configuration that fails at any value is
+    left out."""
     order = sorted(kernels)
     shapes = {i: launch_shape(funcs[i]) for i in order}
     capacities = {}
@@ -89,25 +95,39 @@ def profile(kernels: dict, funcs: dict, dim: str, max_value: int, supply, sms: i
         res = kernels[i].resources
         regs = res.registers if res is not None else None
         capacities[i] = sms * blocks_per_sm(shapes[i].threads, regs, (smem or {}).get(i))
-    groups = macro_groups([shapes[i] for i in order], dim, max_value)
-    samples: dict = {}
-    for group in groups:
+    items = []
+    for group in macro_groups([shapes[i] for i in order], dim, max_value):
         members = [order[k] for k in group]
         cap = min(capacities[i] for i in members)
-        values = sample_values(shapes[members[0]], dim, max_value, cap, max_waves, per_wave)
-        for value in values:
-            inputs = supply(value)
-            for i in members:
-                try:
-                    ms = bench.do_bench(lambda k=kernels[i]: k(*inputs), warmup, rep)
-                except Exception as e:  # noqa: BLE001 - leave the configuration out
-                    logger.warning("tilex autotune: configuration %d failed at %s=%d: %s", i, dim, value, e)
-                    samples.pop(i, None)
-                    members = [j for j in members if j != i]
-                    continue
-                samples.setdefault(i, []).append((value, ms))
-                if progress is not None:
-                    progress.update(1)
+        items += [(members, value) for value in sample_values(shapes[members[0]], dim, max_value, cap, max_waves,
+                                                              per_wave)]
+    supplies: dict = {}
+    failed: dict = {}
+
+    def measure(item, dev):
+        members, value = item
+        if dev not in supplies:
+            supplies[dev] = make_supply()
+        inputs = supplies[dev](value)
+        out = []
+        for i in members:
+            if i in failed:
+                continue
+            try:
+                out.append((i, bench.do_bench(lambda k=kernels[i]: k(*inputs), warmup, rep)))
+            except Exception as e:  # noqa: BLE001 - leave the configuration out
+                failed.setdefault(i, (value, e))
+            if progress is not None:
+                progress.update(1)
+        return value, out
+
+    samples: dict = {}
+    for value, out in run_on_devices(items, measure, list(devices)):
+        for i, ms in out:
+            samples.setdefault(i, []).append((value, ms))
+    for i, (value, e) in failed.items():
+        logger.warning("tilex autotune: configuration %d failed at %s=%d: %s", i, dim, value, e)
+        samples.pop(i, None)
     return shapes, capacities, samples
 
 

@@ -80,11 +80,12 @@ class ConfigResult:
     ``config`` (dict), ``index`` (position in the configuration list), ``status`` (one of the status strings),
     ``reason`` (one line, empty when fine), ``error`` (the full error text), ``latency`` (ms, median),
     ``compile_time`` (s), ``smem`` (bytes of shared memory per block, when known), ``max_error`` (largest
-    absolute difference to ``ref_prog``), ``kernel`` (the :class:`tilex.JITKernel`, when compiled).
+    absolute difference to ``ref_prog``), ``kernel`` (the :class:`tilex.JITKernel`, when compiled), ``device``
+    (the CUDA device it was timed on).
     """
 
     __slots__ = ("index", "config", "status", "reason", "error", "latency", "compile_time", "smem", "max_error",
-                 "kernel", "from_kernel_cache")
+                 "kernel", "from_kernel_cache", "device")
 
     def __init__(self, index: int, config: dict, status: str = SKIPPED, reason: str = "", error: str = "",
                  latency: float | None = None, compile_time: float | None = None, smem: int | None = None,
@@ -100,6 +101,7 @@ class ConfigResult:
         self.max_error = max_error
         self.kernel = kernel
         self.from_kernel_cache = None
+        self.device = None
 
     @property
     def ok(self) -> bool:

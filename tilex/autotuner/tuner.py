@@ -63,6 +63,7 @@ from tilex.jit import compile as compile_kernel
 from . import bench, smem
 from . import cache as acache
 from .cost_model import CostModel, MeasurementDB, known_before_compiling, program_features
+from .devices import bench_devices, run_on_devices
 from .dynamic import build_dynamic_kernel, profile, sized_supply
 from .inputs import as_list, compare_outputs, default_supply
 from .launch_shape import launch_shape
@@ -145,7 +146,7 @@ class AutoTuner:
     def __init__(self, factory, configs, *, out_idx=None, target="auto", pass_configs=None, warmup=25, rep=100,
                  ref_prog=None, supply=None, rtol=1e-2, atol=1e-2, skip_check=False, cache_input_tensors=True,
                  max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
-                 parallel="auto", dynamic=None, top_k=None, record=True, cost_db=None):
+                 parallel="auto", dynamic=None, top_k=None, record=True, cost_db=None, devices=None):
         if configs is None:
             raise ValueError("tilex.autotune: configs is required (a list of dicts, a dict of lists, or a callable)")
         inner = unwrap_factory(factory)
@@ -169,7 +170,7 @@ class AutoTuner:
         self.set_profile_args(warmup=warmup, rep=rep, ref_prog=ref_prog, supply=supply, rtol=rtol, atol=atol,
                               skip_check=skip_check, cache_input_tensors=cache_input_tensors)
         self.set_tune_args(max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
-                           max_shared_memory=max_shared_memory, parallel=parallel)
+                           max_shared_memory=max_shared_memory, parallel=parallel, devices=devices)
         self.dynamic = normalize_dynamic(dynamic)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"tilex.autotune: top_k must be a positive int, got {top_k!r}")
@@ -210,11 +211,13 @@ class AutoTuner:
         return self
 
     def set_tune_args(self, max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
-                      parallel="auto") -> "AutoTuner":
+                      parallel="auto", devices=None) -> "AutoTuner":
         """``max_workers`` (default ``min(len(configs), os.cpu_count())``), ``timeout`` (seconds per
         configuration's compilation; ``None``: no limit), ``cache`` (use the autotune disk cache),
         ``progress`` (tqdm bars), ``max_shared_memory`` (bytes per block; default: the GPU's opt-in limit,
-        or the target arch's without a GPU), ``parallel`` (``"auto"``, ``"process"`` or ``"thread"``)."""
+        or the target arch's without a GPU), ``parallel`` (``"auto"``, ``"process"`` or ``"thread"``),
+        ``devices`` (the GPUs that time configurations side by side: every visible one by default, a count, or
+        a list of indices; see :mod:`tilex.autotuner.devices`)."""
         if parallel not in ("auto", "process", "thread"):
             raise ValueError(f"parallel must be 'auto', 'process' or 'thread', got {parallel!r}")
         if max_workers is not None and int(max_workers) < 1:
@@ -225,6 +228,7 @@ class AutoTuner:
         self.progress = progress
         self.max_shared_memory = max_shared_memory
         self.parallel = parallel
+        self.devices = devices
         return self
 
     # -- binding
@@ -419,56 +423,66 @@ class AutoTuner:
             raise AutotuneError("tilex autotune: checking against ref_prog needs out_idx (the kernel must return "
                                 "its outputs); set out_idx or skip_check=True", results)
         supply = self.supply or default_supply
-        shared: dict = {}  # input signature -> (inputs, ref outputs)
-        ref_latency = None
         todo = [r for r in results if r.status == COMPILED]
         features = self._features(report, todo) if (self.top_k or self.record) else {}
         if self.top_k and len(todo) > self.top_k:
             todo = self._rank(report, todo, features)
-        bar = progress_bar(self.progress, len(todo), "tilex autotune: bench")
-        best = None
-        try:
-            for r in todo:
-                kernel = r.kernel
-                specs = [p for p in kernel.params if not p.is_output]
-                sig = tuple((p.name, p.kind, p.dtype, tuple(map(str, p.shape))) for p in specs)
-                entry = shared.get(sig) if self.cache_input_tensors else None
-                if entry is None:
-                    inputs = list(supply(specs))
-                    ref = None
-                    if self.ref_prog is not None and not self.skip_check:
-                        ref = self.ref_prog(*inputs)
-                        torch.cuda.synchronize()
-                    entry = (inputs, ref)
-                    if self.cache_input_tensors:
-                        shared[sig] = entry
-                    if ref_latency is None and self.ref_prog is not None:
-                        try:
-                            ref_latency = bench.do_bench(lambda: self.ref_prog(*inputs), self.warmup, self.rep)
-                        except Exception as e:  # noqa: BLE001
-                            logger.info("tilex autotune: timing ref_prog failed: %s", e)
-                inputs, ref = entry
-                try:
-                    out = kernel(*inputs)
+        devices = bench_devices(self.devices)
+        bar = progress_bar(self.progress, len(todo), "tilex autotune: bench"
+                           + (f" on {len(devices)} GPUs" if len(devices) > 1 else ""))
+        inputs_of: dict = {}  # (device, input signature) -> (inputs, ref outputs)
+        ref_latency: list = []
+        lock = threading.Lock()
+
+        def inputs_for(kernel, dev):
+            specs = [p for p in kernel.params if not p.is_output]
+            sig = (dev, tuple((p.name, p.kind, p.dtype, tuple(map(str, p.shape))) for p in specs))
+            entry = inputs_of.get(sig) if self.cache_input_tensors else None
+            if entry is None:
+                inputs = list(supply(specs))
+                ref = None
+                if self.ref_prog is not None and not self.skip_check:
+                    ref = self.ref_prog(*inputs)
                     torch.cuda.synchronize()
-                    if ref is not None:
-                        reason, err = compare_outputs(out, ref, self.rtol, self.atol)
-                        r.max_error = err
-                        if reason:
-                            r.status, r.reason = WRONG, reason
-                            bar.update(1)
-                            continue
-                    del out
-                    r.latency = bench.do_bench(lambda: kernel(*inputs), self.warmup, self.rep)
-                    r.status = OK
-                except Exception as e:  # noqa: BLE001
-                    r.status, r.reason, r.error = RUNTIME_ERROR, reason_of(e), error_text(e)
-                if r.ok and (best is None or r.latency < best.latency):
-                    best = r
-                    bar.set_postfix_str(f"best {best.latency:.4f} ms (#{best.index})")
+                entry = (inputs, ref)
+                if self.cache_input_tensors:
+                    inputs_of[sig] = entry
+                with lock:
+                    first = self.ref_prog is not None and not ref_latency
+                    if first:
+                        ref_latency.append(None)
+                if first:
+                    try:
+                        ref_latency[0] = bench.do_bench(lambda: self.ref_prog(*inputs), self.warmup, self.rep)
+                    except Exception as e:  # noqa: BLE001
+                        logger.info("tilex autotune: timing ref_prog failed: %s", e)
+            return entry
+
+        def measure(r, dev):
+            kernel = r.kernel
+            try:
+                inputs, ref = inputs_for(kernel, dev)
+                out = kernel(*inputs)
+                torch.cuda.synchronize()
+                if ref is not None:
+                    reason, r.max_error = compare_outputs(out, ref, self.rtol, self.atol)
+                    if reason:
+                        r.status, r.reason = WRONG, reason
+                        return
+                del out
+                r.latency = bench.do_bench(lambda: kernel(*inputs), self.warmup, self.rep)
+                r.status, r.device = OK, dev
+            except Exception as e:  # noqa: BLE001
+                r.status, r.reason, r.error = RUNTIME_ERROR, reason_of(e), error_text(e)
+            finally:
                 bar.update(1)
+
+        try:
+            run_on_devices(todo, measure, devices)
         finally:
             bar.close()
+        ok = [r for r in todo if r.ok]
+        best = min(ok, key=lambda r: r.latency) if ok else None
         if self.record and features:
             try:
                 self._db().add(self._problem_key(report.job), [(r.config, features[r.index], r.latency)
@@ -478,7 +492,7 @@ class AutoTuner:
         if best is None:
             raise AutotuneError("tilex autotune: no configuration worked:\n" + format_table(results), results)
         _label(best)
-        return TuneResult(best, results, ref_latency=ref_latency)
+        return TuneResult(best, results, ref_latency=ref_latency[0] if ref_latency else None)
 
     # -- the cost model (tilex.autotuner.cost_model)
     def _db(self):
@@ -644,14 +658,20 @@ class AutoTuner:
         import torch
 
         first = next(iter(kernels.values()))
-        supply = sized_supply(first.params, dim, max_value, self.supply or default_supply)
+
+        def make_supply():
+            return sized_supply(first.params, dim, max_value, self.supply or default_supply)
+
         if self.ref_prog is not None and not self.skip_check:
-            self._check_dynamic(kernels, results, supply, min(max_value, 129))
+            self._check_dynamic(kernels, results, make_supply(), min(max_value, 129))
         sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-        bar = progress_bar(self.progress, None, f"tilex autotune: profile {dim}")
+        devices = bench_devices(self.devices)
+        bar = progress_bar(self.progress, None, f"tilex autotune: profile {dim}"
+                           + (f" on {len(devices)} GPUs" if len(devices) > 1 else ""))
         try:
-            shapes, capacities, samples = profile(kernels, funcs, dim, max_value, supply, sms,
-                                                  smem={r.index: r.smem for r in results}, progress=bar)
+            shapes, capacities, samples = profile(kernels, funcs, dim, max_value, make_supply, sms,
+                                                  smem={r.index: r.smem for r in results}, progress=bar,
+                                                  devices=devices)
         finally:
             bar.close()
         dk = build_dynamic_kernel(kernels, configs, shapes, capacities, samples, dim, max_value)
@@ -813,7 +833,8 @@ class AutotunedFactory:
 def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol=1e-2, atol=1e-2, supply=None,
              skip_check=False, cache_input_tensors=True, max_workers=None, timeout=None, out_idx=None,
              target="auto", pass_configs=None, cache=True, progress=True, max_shared_memory=None,
-             parallel="auto", supply_prog=None, dynamic=None, top_k=None, record=True, cost_db=None):
+             parallel="auto", supply_prog=None, dynamic=None, top_k=None, record=True, cost_db=None,
+             devices=None):
     """Decorator: tune a kernel factory over ``configs`` and return the best compiled kernel.
 
     ::
@@ -838,6 +859,9 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
     default ``<autotune cache>/measurements.jsonl``). ``top_k=5`` measures only the five configurations an XGBoost
     cost model trained on that database ranks fastest (:mod:`tilex.autotuner.cost_model`; all of them until it
     holds measurements of a few other problems).
+
+    Configurations are timed on every visible GPU of the host side by side (``devices``: a count or a list of
+    indices instead).
     """
     if supply is not None and supply_prog is not None:
         raise TypeError("pass supply or supply_prog, not both")
@@ -848,7 +872,7 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
                           rtol=rtol, atol=atol, skip_check=skip_check, cache_input_tensors=cache_input_tensors,
                           max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
                           max_shared_memory=max_shared_memory, parallel=parallel, dynamic=dynamic, top_k=top_k,
-                          record=record, cost_db=cost_db)
+                          record=record, cost_db=cost_db, devices=devices)
         return AutotunedFactory(fn, tuner)
 
     if func is not None:
