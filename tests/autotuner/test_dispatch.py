@@ -101,33 +101,52 @@ def test_json_round_trip_and_size(shapes):
         DispatchTable.from_json({**data, "format": 0}, shapes)
 
 
-def test_dynamic_kernel_routes_each_call_by_its_size(shapes):
-    table, _ = fitted(shapes)
-    calls = []
+class FakeKernel:
+    """A JITKernel's launcher (Python, or a tvm-ffi function as the C++ caller is) and its argument checks."""
 
-    class Fake:
-        """A JITKernel's call path (_call) and its argument checks (_checker)."""
+    def __init__(self, i, calls, ffi=False):
+        self.i = i
 
-        def __init__(self, i):
-            self.i = i
-            self._checker = self
-
-        def _call(self, *args):
+        def run(*args):
             calls.append(self.i)
-            if args and args[0] == "bad":
+            if args and isinstance(args[0], str) and args[0] == "bad":
                 raise RuntimeError("refused by the host code")
             return self.i
 
-        def prepare(self, args):
-            raise ValueError(f"argument 'A' (index 0): expected a torch.Tensor, got {type(args[0]).__name__}")
+        if ffi:
+            import tvm_ffi
 
+            run = tvm_ffi.convert(run)
+        self._run = run
+
+    def launcher(self):
+        return self._run
+
+    def check_args(self, *args):
+        raise ValueError(f"argument 'A' (index 0): expected a torch.Tensor, got {type(args[0]).__name__}")
+
+
+@pytest.mark.parametrize("ffi", [False, True], ids=["python", "cpp"])
+def test_dynamic_kernel_routes_each_call_by_its_size(shapes, ffi):
+    """Each call runs the configuration the table picks for its size; a value past the table asks the model;
+    something that is not a size goes to a kernel whose checks then name the problem. ``cpp``: the decision is
+    the C++ dispatcher of tilex.jit.launcher over tvm-ffi launchers (the C++ callers)."""
+    if ffi:
+        from tilex.jit.launcher import dispatcher_factory
+
+        if dispatcher_factory() is None:
+            pytest.skip("no host C++ compiler to build the C++ dispatcher")
+    table, _ = fitted(shapes)
+    calls = []
     params = ArgChecker(matmul(T.dynamic("m"), N, K)).params
     assert size_source(params, "m") == (0, 0)
-    dk = DynamicKernel([Fake(i) for i in range(len(CONFIGS))], CONFIGS, table, size_source(params, "m"))
-    for m in (1, 100, 3000, MAX + 500):
+    dk = DynamicKernel([FakeKernel(i, calls, ffi) for i in range(len(CONFIGS))], CONFIGS, table,
+                       size_source(params, "m"))
+    for m in (1, 100, 3000, MAX, MAX + 500):
         a = torch.empty(m, 1)
-        assert dk(a, None) == table.choose(m)
-    assert dk("not a tensor") == calls[-1]  # goes to a kernel's call path
+        assert dk(a, None) == table.choose(m) == calls[-1]
+        assert dk.kernel_for(m).i == table.choose(m)
+    assert dk("not a tensor") == calls[-1]  # goes to a kernel's launcher
     with pytest.raises(ValueError, match="argument 'A'"):  # whose argument checks name a refused argument
         dk("bad")
 

@@ -182,9 +182,9 @@ class DynamicKernel:
         self.source = source  # (input position, dimension), dimension None for a scalar argument
         self.dim = table.dim
         self.samples: dict = {}
-        self._by_value = [kernels[i] for i in table.choices]
         self._fallback = next(k for k in kernels if k is not None)
         self._pos, self._axis = source
+        self._dispatch = self._first_call
 
     def choose(self, value: int) -> int:
         return self.table.choose(value)
@@ -192,24 +192,57 @@ class DynamicKernel:
     def kernel_for(self, value: int):
         """The :class:`tilex.JITKernel` that serves `value`."""
         if 0 <= value <= self.table.max_value:
-            return self._by_value[value]
+            return self.kernels[self.table.choices[value]]
         return self.kernels[self.table.choose(value)]
 
     def __call__(self, *args):
-        value = None
+        try:
+            return self._dispatch(*args)
+        except Exception:
+            self._kernel_of(args).check_args(*args)  # names a bad argument; arguments that pass re-raise
+            raise
+
+    def _kernel_of(self, args):
         try:
             a = args[self._pos]
             value = a if self._axis is None else a.shape[self._axis]
-            kernel = self._by_value[value] if value >= 0 else self._fallback
-        except IndexError:  # a value past the dense table (the model decides), or too few arguments
-            kernel = self._fallback if value is None else self.kernels[self.table.choose(value)]
-        except (AttributeError, TypeError):  # not a size: the kernel's argument checks name the problem
-            kernel = self._fallback
-        try:
-            return kernel._call(*args)  # the JITKernel's call path without its own wrapper frame
-        except Exception:
-            kernel._checker.prepare(args)  # names a bad argument; arguments that pass re-raise the error
-            raise
+            return self.kernel_for(value) if value >= 0 else self._fallback
+        except (AttributeError, TypeError, IndexError):  # not a size: the kernel's checks name the problem
+            return self._fallback
+
+    def _first_call(self, *args):
+        self._dispatch = self._make_dispatch()
+        return self._dispatch(*args)
+
+    def _make_dispatch(self):
+        """The per-call decision and launch: the C++ dispatcher over the kernels' C++ callers
+        (:mod:`tilex.jit.launcher`), or a Python function over their launchers where those are not built."""
+        import tvm_ffi
+
+        from tilex.jit.launcher import SCALAR_AXIS, dispatcher_factory
+
+        launchers = [k.launcher() if k is not None else None for k in self.kernels]
+        fallback = self.kernels.index(self._fallback)
+        make = dispatcher_factory()
+        if make is not None and all(f is None or isinstance(f, tvm_ffi.Function) for f in launchers):
+            callers = [f if f is not None else launchers[fallback] for f in launchers]
+            axis = SCALAR_AXIS if self._axis is None else self._axis
+            return make(self._pos, axis, fallback, lambda v: int(self.table.choose(v)), list(self.table.choices),
+                        *callers)
+        by_value = [launchers[i] for i in self.table.choices]
+        pos, axis_ = self._pos, self._axis
+
+        def dispatch(*args):
+            try:
+                a = args[pos]
+                value = a if axis_ is None else a.shape[axis_]
+                run = by_value[value] if value >= 0 else launchers[fallback]
+            except IndexError:  # past the dense table (the model decides), or too few arguments
+                run = launchers[self.table.choose(value)] if len(args) > pos else launchers[fallback]
+            except (AttributeError, TypeError):
+                run = launchers[fallback]
+            return run(*args)
+        return dispatch
 
     @property
     def params(self):

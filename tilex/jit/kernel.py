@@ -198,11 +198,17 @@ class JITKernel:
             raise
 
     def _first_call(self, *args):
-        """Pick the call path on the first call (the compiled function is loaded then): the fast path of
-        :meth:`ArgChecker.fast_call`, or the checked one."""
-        fast = self._checker.fast_call(self._get_function())
-        self._call = fast if fast is not None else self._checked_call
-        return self._call(*args)
+        return self.launcher()(*args)
+
+    def launcher(self):
+        """The function a call runs (chosen on first use, when the compiled function is loaded): the fast path
+        of :meth:`ArgChecker.fast_call` (a tvm-ffi function when the C++ caller is built), or the checked one.
+        The fast path leaves the checks to TVM's host code, so a refused call raises TVM's message;
+        :meth:`check_args` then names the problem, as ``__call__`` does."""
+        if self._call == self._first_call:
+            fast = self._checker.fast_call(self._get_function())
+            self._call = fast if fast is not None else self._checked_call
+        return self._call
 
     def _checked_call(self, *args):
         full, outs = self._checker.prepare(args)

@@ -8,7 +8,14 @@
 // static extent (>= 0) or, as -(1 + 16 * input + axis), the extent of an input's axis (axis 15: the input is a
 // scalar and the extent its value). Allocating here saves the Python-level torch.empty that dominated a small
 // kernel's host time; a refused call throws, and the Python side then names the problem.
+//
+// make_dispatcher(pos, axis, fallback, beyond, choices, caller_0 .. caller_{n-1}) returns a function that reads a
+// size from its arguments (input `pos`'s extent along `axis`, or its value for axis 15) and forwards the call to
+// caller_{choices[size]}; `beyond(size)` picks the caller of a size past the table, and `fallback` serves a call
+// whose size cannot be read (the chosen kernel's own checks then refuse it). This is runtime selection's
+// per-call decision (tilex.autotuner.dispatch.DynamicKernel) without a Python frame.
 #include <tvm/ffi/any.h>
+#include <tvm/ffi/container/array.h>
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
@@ -87,6 +94,53 @@ struct Caller {
   }
 };
 
+struct Dispatcher {
+  std::vector<Function> callers;
+  std::vector<int32_t> choices;  // size -> caller index, dense over 0 .. choices.size() - 1
+  int64_t pos;
+  int64_t axis;
+  int64_t fallback;
+  Function beyond;
+
+  void operator()(PackedArgs args, Any* result) const {
+    int64_t size = -1;
+    if (pos < args.size()) {
+      if (axis == kScalarAxis) {
+        if (auto v = args[pos].try_cast<int64_t>()) size = *v;
+      } else if (auto t = args[pos].try_cast<DLTensor*>()) {
+        if (axis < (*t)->ndim) size = (*t)->shape[axis];
+      }
+    }
+    int64_t k = fallback;
+    if (size >= 0 && size < static_cast<int64_t>(choices.size())) {
+      k = choices[size];
+    } else if (size >= 0) {
+      k = beyond(size).cast<int64_t>();
+      if (k < 0 || k >= static_cast<int64_t>(callers.size())) TVM_FFI_THROW(IndexError) << "no such configuration";
+    }
+    callers[k].CallPacked(args, result);
+  }
+};
+
+void MakeDispatcher(const AnyView* args, int32_t num_args, Any* result) {
+  if (num_args < 6) TVM_FFI_THROW(TypeError) << "make_dispatcher: too few arguments";
+  Dispatcher d;
+  d.pos = args[0].cast<int64_t>();
+  d.axis = args[1].cast<int64_t>();
+  d.fallback = args[2].cast<int64_t>();
+  d.beyond = args[3].cast<Function>();
+  auto choices = args[4].cast<tvm::ffi::Array<int64_t>>();
+  for (int i = 5; i < num_args; ++i) d.callers.push_back(args[i].cast<Function>());
+  int64_t n = static_cast<int64_t>(d.callers.size());
+  if (d.fallback < 0 || d.fallback >= n) TVM_FFI_THROW(IndexError) << "make_dispatcher: bad fallback";
+  d.choices.reserve(choices.size());
+  for (int64_t c : choices) {
+    if (c < 0 || c >= n) TVM_FFI_THROW(IndexError) << "make_dispatcher: choice out of range";
+    d.choices.push_back(static_cast<int32_t>(c));
+  }
+  *result = Function::FromPacked(d);
+}
+
 void MakeCaller(const AnyView* args, int32_t num_args, Any* result) {
   if (num_args < 7) TVM_FFI_THROW(TypeError) << "make_caller: too few arguments";
   Caller c;
@@ -108,5 +162,12 @@ extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_make_caller(void* self, const TVMFFI
                                                         TVMFFIAny* result) {
   TVM_FFI_SAFE_CALL_BEGIN();
   MakeCaller(reinterpret_cast<const AnyView*>(args), num_args, reinterpret_cast<Any*>(result));
+  TVM_FFI_SAFE_CALL_END();
+}
+
+extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_make_dispatcher(void* self, const TVMFFIAny* args, int32_t num_args,
+                                                            TVMFFIAny* result) {
+  TVM_FFI_SAFE_CALL_BEGIN();
+  MakeDispatcher(reinterpret_cast<const AnyView*>(args), num_args, reinterpret_cast<Any*>(result));
   TVM_FFI_SAFE_CALL_END();
 }

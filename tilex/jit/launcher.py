@@ -2,14 +2,15 @@
 host C++ compiler): ``make_caller(...)`` returns a function of a kernel's inputs that checks their alignment,
 allocates the output through the allocator tvm-ffi installs for the call (torch's, for torch tensors) and calls
 the compiled function with it, in one crossing from Python into C++. Without a C++ compiler kernels allocate in
-Python instead (slower, same result)."""
+Python instead (slower, same result). ``make_dispatcher(...)`` forwards a call to one of several such callers by a
+size read from the arguments (:class:`tilex.autotuner.dispatch.DynamicKernel`)."""
 from __future__ import annotations
 
 import logging
 import os
 import threading
 
-__all__ = ["caller_factory", "dtype_triple", "encode_recipe"]
+__all__ = ["caller_factory", "dispatcher_factory", "dtype_triple", "encode_recipe"]
 
 logger = logging.getLogger("tilex.jit")
 
@@ -54,6 +55,13 @@ def caller_factory():
         if "fn" not in _state:
             _state["fn"] = _build()
         return _state["fn"]
+
+
+def dispatcher_factory():
+    """The ``make_dispatcher`` tvm-ffi function (runtime selection's per-call decision in C++), or None."""
+    caller_factory()
+    mod = _state.get("module")
+    return mod["make_dispatcher"] if mod is not None else None
 
 
 def _build():
