@@ -132,18 +132,22 @@ def add_program(n, block=256):
     return main
 
 
-def host_us(f, n=20000, rounds=5):
-    """Host time per call: `n` back-to-back calls of a kernel too small for the GPU to be the bottleneck."""
-    for _ in range(500):
-        f()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        t = time.perf_counter()
-        for _ in range(n):
+def host_us(fns: dict, n=20000, rounds=5) -> dict:
+    """Host time per call of each of `fns`: `n` back-to-back calls of a kernel too small for the GPU to be the
+    bottleneck, best of `rounds`; the contenders take turns within each round, so that the host's drift (its
+    speed changes by tens of percent between runs) hits them alike."""
+    for f in fns.values():
+        for _ in range(500):
             f()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t) / n * 1e6)
+    torch.cuda.synchronize()
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(rounds):
+        for key, f in fns.items():
+            t = time.perf_counter()
+            for _ in range(n):
+                f()
+            torch.cuda.synchronize()
+            best[key] = min(best[key], (time.perf_counter() - t) / n * 1e6)
     return best
 
 
@@ -158,10 +162,9 @@ def overhead():
     selected = tuner.run(T.dynamic("n")).kernel
     for k in (static, dynamic, selected):
         torch.testing.assert_close(k(x, y), x + y)
-    res = {"torch.add": host_us(lambda: torch.add(x, y))}
-    res["tilex, static shape"] = host_us(lambda: static(x, y))
-    res["tilex, dynamic shape"] = host_us(lambda: dynamic(x, y))
-    res["tilex, dynamic + runtime selection"] = host_us(lambda: selected(x, y))
+    fns = {"torch.add": lambda: torch.add(x, y), "tilex, static shape": lambda: static(x, y),
+           "tilex, dynamic shape": lambda: dynamic(x, y),
+           "tilex, dynamic + runtime selection": lambda: selected(x, y)}
     try:
         import triton
         import triton.language as tl
@@ -175,9 +178,10 @@ def overhead():
             c = torch.empty_like(x)
             _add[(triton.cdiv(n, 256),)](x, y, c, n, BLOCK=256)
             return c
-        res["triton"] = host_us(tri)
+        fns["triton"] = tri
     except ImportError:
         pass
+    res = host_us(fns)
     print("\n| call | host us per call | / torch.add |\n| --- | --- | --- |")
     for k, v in res.items():
         print(f"| {k} | {v:.2f} | {v / res['torch.add']:.2f} |")
@@ -196,6 +200,7 @@ def devices_part(M=4096, N=8192, K=8192, max_m=16384):
     tuner = AutoTuner(gemm, [{"cfg": c} for c in DYNAMIC_CONFIGS], out_idx=-1, ref_prog=lambda a, b: a @ b,
                       cache=False, progress=False, record=False, warmup=5, rep=20)
     report = tuner.compile(M, N, K)
+    n_compiled = len(report.compiled)
     rows = []
 
     def bench_phase():
@@ -209,7 +214,7 @@ def devices_part(M=4096, N=8192, K=8192, max_m=16384):
         bench_phase()  # warm: inputs, flush buffers, module loads on every device
         t = time.time()
         bench_phase()
-        rows.append((f"benchmark phase, {len(report.compiled)} configs, M = {M}", len(devs), time.time() - t))
+        rows.append((f"benchmark phase, {n_compiled} configs, M = {M}", len(devs), time.time() - t))
     dtuner = AutoTuner(gemm, [{"cfg": c} for c in DYNAMIC_CONFIGS], out_idx=-1, cache=False, progress=False,
                        record=False, dynamic={"m": max_m})
     dreport = dtuner.compile(T.dynamic("m"), N, K)

@@ -53,7 +53,8 @@ def _live_members(session_ids: set) -> list:
 
 @pytest.fixture(scope="module")
 def tracker():
-    with local_tracker(KEY, num_servers=2, startup_timeout=120) as (host, port):
+    # CPU sessions fork (fast); the GPU test below uses the default, a spawned process per session
+    with local_tracker(KEY, num_servers=2, startup_timeout=120, fork=True) as (host, port):
         started = _sessions_of(f"--port {port} ") | _sessions_of(f"{host}:{port} ")
         yield host, port
     if os.path.isdir("/proc"):
@@ -151,9 +152,8 @@ def test_map_measure_keeps_job_order(tracker, cpu_lib):
 
 
 def test_map_measure_runs_sessions_in_parallel(tracker, cpu_lib):
-    # every session is a spawned process (local_tracker's default): the work must outweigh its start-up
     runner = RemoteRunner(*tracker, KEY, device="cpu")
-    job = dict(lib_path=cpu_lib, func_name="add", arg_specs=[VEC, VEC, VEC], number=1, repeat=3, min_repeat_ms=600)
+    job = dict(lib_path=cpu_lib, func_name="add", arg_specs=[VEC, VEC, VEC], number=1, repeat=3, min_repeat_ms=300)
     start = time.monotonic()
     map_measure([runner], [job, job])  # one session, one job after the other
     serial = time.monotonic() - start
