@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -380,6 +381,29 @@ def test_compile_in_worker_processes():
     assert 98304 <= rep.results[0].smem < 98304 + 1024 and rep.results[0].compile_time > 0
     if torch.cuda.is_available():  # the workers ran nvcc and filled the kernel cache; the parent loaded from it
         assert rep.results[0].from_kernel_cache and rep.results[3].from_kernel_cache
+
+
+def test_worker_pool_is_kept_between_compile_phases(monkeypatch):
+    """Tuning several problems in one process starts the worker processes once: a later compile phase reuses the
+    pool and its processes, unless the environment a spawned worker took from this process changed."""
+    from tilex.autotuner import workers
+
+    workers.release_pool()
+    t = at.AutoTuner(tune_kernels.gemm, [dict(SMALL), dict(GOOD)], out_idx=[2], target="sm_90a", max_workers=2,
+                     progress=False)
+    assert [r.status for r in t.compile(256, 256, 256).results] == [at.COMPILED] * 2
+    first = workers._kept["ex"]
+    pids = set(first._processes)
+    assert len(pids) == 2
+    assert [r.status for r in t.compile(512, 256, 256).results] == [at.COMPILED] * 2
+    assert workers._kept["ex"] is first and set(first._processes) == pids
+    monkeypatch.setenv("TILEX_TEST_POOL_KEY", "1")  # what a worker inherited at start no longer holds
+    assert [r.status for r in t.compile(768, 256, 256).results] == [at.COMPILED] * 2
+    assert workers._kept["ex"] is not first and not pids & set(workers._kept["ex"]._processes)
+    monkeypatch.setattr(workers, "KEEP_IDLE_SECONDS", 0.5)  # an idle pool goes away on its own
+    t.compile(1024, 256, 256)
+    time.sleep(2)
+    assert "ex" not in workers._kept
 
 
 def test_worker_crash_is_pinned_on_its_config():

@@ -395,7 +395,7 @@ class AutoTuner:
         results = [ConfigResult(i, c) for i, c in enumerate(job.configs)]
         if mode == "process":
             ok = compile_in_processes(job, ref, results, workers, limit, timeout=self.timeout,
-                                      progress=self.progress)
+                                      progress=self.progress, exact_workers=self.max_workers is not None)
             if not ok:
                 mode = "thread"
                 mode_reason = ("the worker processes died before compiling anything (a script that tunes at "

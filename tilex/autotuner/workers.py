@@ -1,7 +1,8 @@
 """The compile phase's parallel work: building and compiling configurations in worker processes or threads.
 
 With ``parallel="auto"`` (or ``"process"``) each configuration is compiled in a worker process
-(``ProcessPoolExecutor``, *spawn* context; :func:`compile_in_processes`). The task sent to a worker names the
+(``ProcessPoolExecutor``, *spawn* context; :func:`compile_in_processes`), a pool kept between compile phases
+so that tuning many problems pays the workers' start-up (importing TVM) once. The task sent to a worker names the
 factory by reference (:class:`FactoryRef`: its module and qualified name) and holds the factory arguments, so a
 worker imports the factory, builds the PrimFunc (:func:`call_factory`), checks the shared memory it needs and
 compiles it with ``tilex.compile`` (:func:`build_kernel`), which runs nvcc (with or without a GPU) and writes the
@@ -18,10 +19,13 @@ is installed (:func:`progress_bar`).
 """
 from __future__ import annotations
 
+import atexit
 import concurrent.futures as cf
 import importlib
 import logging
 import os
+import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -36,7 +40,7 @@ from .results import BUILD_ERROR, COMPILED, SMEM, TIMEOUT, error_text, reason_of
 from .smem import shared_memory_bytes
 
 __all__ = ["unwrap_factory", "FactoryRef", "call_factory", "build_kernel", "worker_ping", "worker_compile",
-           "make_task", "collect", "compile_in_processes", "compile_in_threads", "load_kernels", "terminate_pool",
+           "make_task", "collect", "compile_in_processes", "release_pool", "compile_in_threads", "load_kernels", "terminate_pool",
            "progress_bar", "NoBar"]
 
 logger = logging.getLogger("tilex.autotuner")
@@ -270,11 +274,81 @@ def collect(futures: dict, results, bar, on_result, timeout) -> list:
     return broken
 
 
+_kept: dict = {}  # the worker pool kept between compile phases: "ex", "size", "key", "timer"
+#: seconds an idle kept pool lives on (its workers hold TVM in memory, a few hundred MB each)
+KEEP_IDLE_SECONDS = float(os.environ.get("TILEX_WORKER_KEEP_S", "60"))
+_kept_lock = threading.RLock()  # the idle timer releases from its own thread
+
+
+def _environment_key() -> tuple:
+    """What a spawned worker took from this process when it started and a later compile phase may have changed:
+    the module search path and the TILEX_ / TVM_ / CUDA_ environment variables (cache directory, target, ...)."""
+    env_vars = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(("TILEX", "TVM", "CUDA"))))
+    return tuple(sys.path), env_vars
+
+
+def _kept_pool(size: int, exact: bool, ctx):
+    """``(pool, fresh)``: the kept pool when it serves this phase (the same environment, and ``size`` workers --
+    or at least ``size`` when not ``exact``), else a new pool of ``size`` spawned workers that replaces it.
+    Workers pay TVM's import (seconds) once per process, so tuning many problems in one process pays it once."""
+    with _kept_lock:
+        timer = _kept.pop("timer", None)
+        if timer is not None:
+            timer.cancel()
+        ex = _kept.get("ex")
+        key = _environment_key()
+        if (ex is not None and not getattr(ex, "_broken", False) and _kept["key"] == key
+                and (_kept["size"] == size or (not exact and _kept["size"] >= size))):
+            return ex, False
+        release_pool()
+        ex = cf.ProcessPoolExecutor(max_workers=size, mp_context=ctx)
+        _kept.update(ex=ex, size=size, key=key)
+        return ex, True
+
+
+def _release_when_idle() -> None:
+    """Shut the kept pool down after KEEP_IDLE_SECONDS unless a compile phase takes it up before."""
+    with _kept_lock:
+        ex = _kept.get("ex")
+        if ex is None or KEEP_IDLE_SECONDS <= 0:
+            release_pool()
+            return
+
+        def expire():
+            with _kept_lock:
+                if _kept.get("ex") is ex:
+                    release_pool()
+
+        timer = threading.Timer(KEEP_IDLE_SECONDS, expire)
+        timer.daemon = True
+        _kept["timer"] = timer
+        timer.start()
+
+
+def release_pool() -> None:
+    """Shut down the worker pool kept between compile phases (also done when idle, and at exit)."""
+    with _kept_lock:
+        timer = _kept.pop("timer", None)
+        if timer is not None:
+            timer.cancel()
+        ex = _kept.pop("ex", None)
+        _kept.clear()
+    if ex is not None:
+        if getattr(ex, "_broken", False):
+            terminate_pool(ex)
+        else:
+            ex.shutdown(wait=True, cancel_futures=True)
+
+
+atexit.register(release_pool)
+
+
 def compile_in_processes(job, ref: FactoryRef, results, workers: int, smem_limit, timeout=None,
-                         progress=True) -> bool:
+                         progress=True, exact_workers=True) -> bool:
     """Compile every configuration of ``job`` in worker processes, filling ``results`` (one
     :class:`ConfigResult` per configuration); returns False when the workers cannot start (the caller falls
-    back to threads)."""
+    back to threads). The pool of ``workers`` processes is kept for later phases (:func:`_kept_pool`; a larger
+    kept pool serves too unless ``exact_workers``); a phase whose worker crashed or timed out discards it."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -288,42 +362,49 @@ def compile_in_processes(job, ref: FactoryRef, results, workers: int, smem_limit
 
     try:
         pool_size = workers
-        first = True
+        kept = True
         while todo:
-            ex = cf.ProcessPoolExecutor(max_workers=min(pool_size, len(todo)), mp_context=ctx)
+            if kept:
+                ex, fresh = _kept_pool(pool_size, exact_workers, ctx)
+            else:
+                ex, fresh = cf.ProcessPoolExecutor(max_workers=pool_size, mp_context=ctx), True
             broken: list = []
+            failed = True
             try:
-                if first:
-                    first = False
+                if fresh:
                     # start every worker first (so that `timeout` does not count their start-up); a worker that
                     # cannot start at all (e.g. an unguarded __main__) breaks the pool here
                     try:
-                        for f in [ex.submit(worker_ping) for _ in range(min(pool_size, len(todo)))]:
+                        for f in [ex.submit(worker_ping) for _ in range(pool_size)]:
                             f.result()
                     except cf.process.BrokenProcessPool:
-                        terminate_pool(ex)
                         return False
                 futures = {ex.submit(worker_compile, make_task(job, ref, i, smem_limit)): i for i in todo}
                 broken = sorted(collect(futures, results, bar, on_result, timeout))
+                failed = bool(broken) or any(results[i].status == TIMEOUT for i in todo)
             finally:
-                if broken or any(results[i].status == TIMEOUT for i in todo):
+                if failed:
+                    if kept:
+                        with _kept_lock:
+                            _kept.clear()
                     terminate_pool(ex)
-                else:
+                elif not kept:
                     ex.shutdown(wait=True)
             if not broken:
                 break
-            # a configuration crashed its worker: retry the unfinished ones one at a time, so that the
-            # crash is pinned on the configuration that causes it (the first unfinished one)
-            if pool_size == 1:
+            # a configuration crashed its worker: retry the unfinished ones one at a time in a pool of their own,
+            # so that the crash is pinned on the configuration that causes it (the first unfinished one)
+            if pool_size == 1 and not kept:
                 r = results[broken[0]]
                 r.status = BUILD_ERROR
                 r.reason = "the worker process died while compiling this configuration (crash or out of memory)"
                 bar.update(1)
                 broken = broken[1:]
-            pool_size = 1
+            pool_size, kept = 1, False
             todo = broken
     finally:
         bar.close()
+        _release_when_idle()
     return True
 
 
