@@ -3,6 +3,7 @@ configuration is in the model's top 5 on problems it was not trained on, and tun
 tuning every configuration.
 
     python benchmarks/bench_cost_model.py [--folds 3]        # or in two runs: --part exhaustive / evaluate --work D
+    python benchmarks/bench_cost_model.py --part compile    # compile phase of several problems, workers kept or not
 
 Every GEMM shape below is tuned exhaustively once (each configuration compiled, checked and timed); the
 measurements go to a fresh measurement database. Then, fold by fold, a model trained on the other folds' problems
@@ -114,15 +115,45 @@ def evaluate(work, folds_n, top, tuned_shapes):
           f"{top_time:.1f} s ({ex_time / max(top_time, 1e-9):.1f}x less)")
 
 
+def compile_part(shapes=4):
+    """Wall time of the compile phase (every configuration, in worker processes, each problem a shape compiled
+    nowhere before so that nvcc really runs) over `shapes` problems in one process: with the worker pool kept
+    between phases (the default) and with a fresh pool per phase (as TILEX_WORKER_KEEP_S=0 makes it)."""
+    from tilex.autotuner import workers
+
+    problems = SHAPES[:shapes]
+    print(f"\n## compile phase of {len(problems)} problems x {len(CONFIGS)} configurations", flush=True)
+    rows = []
+    for keep in (False, True):
+        workers.release_pool()
+        workers.KEEP_IDLE_SECONDS = 60.0 if keep else 0.0
+        times = []
+        for k, shape in enumerate(problems):
+            # a shape no other phase compiled (the kernel cache would answer instead of nvcc)
+            shape = (shape[0] + 8 * (1 + k + 10 * keep), *shape[1:])
+            t0 = time.time()
+            tuner(os.devnull, record=False).compile(*shape)
+            times.append(time.time() - t0)
+        rows.append((keep, times))
+    workers.release_pool()
+    print("\n| worker pool | first problem s | each later problem s (mean) | total s |\n| --- | --- | --- | --- |")
+    for keep, times in rows:
+        later = sum(times[1:]) / max(1, len(times) - 1)
+        print(f"| {'kept' if keep else 'fresh per phase'} | {times[0]:.1f} | {later:.1f} | {sum(times):.1f} |")
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--part", choices=["exhaustive", "evaluate", "all"], default="all")
+    p.add_argument("--part", choices=["exhaustive", "evaluate", "compile", "all"], default="all")
     p.add_argument("--work", default=None, help="directory for the measurement database and the exhaustive "
                    "results (reused by --part evaluate)")
     p.add_argument("--folds", type=int, default=3)
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--tuned-shapes", type=int, default=6, help="first-fold shapes tuned again with top_k")
     args = p.parse_args()
+    if args.part == "compile":
+        compile_part()
+        return
     work = args.work or tempfile.mkdtemp(prefix="tilex-cost-model-")
     os.makedirs(work, exist_ok=True)
     if args.part in ("exhaustive", "all"):
