@@ -17,6 +17,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import tvm_ffi
+
+from tilex.jit.launcher import SCALAR_AXIS, dispatcher_factory
 
 from .launch_shape import LaunchShape
 from .wave_model import WaveModel, WaveTable, wave_aligned_grids
@@ -217,10 +220,6 @@ class DynamicKernel:
     def _make_dispatch(self):
         """The per-call decision and launch: the C++ dispatcher over the kernels' C++ callers
         (:mod:`tilex.jit.launcher`), or a Python function over their launchers where those are not built."""
-        import tvm_ffi
-
-        from tilex.jit.launcher import SCALAR_AXIS, dispatcher_factory
-
         launchers = [k.launcher() if k is not None else None for k in self.kernels]
         fallback = self.kernels.index(self._fallback)
         make = dispatcher_factory()
