@@ -65,6 +65,7 @@ from . import cache as acache
 from .cost_model import CostModel, MeasurementDB, known_before_compiling, program_features
 from .devices import bench_devices, run_on_devices
 from .dynamic import build_dynamic_kernel, profile, sized_supply
+from .remote import benchmark_remote
 from .inputs import as_list, compare_outputs, default_supply
 from .launch_shape import launch_shape
 from .results import (COMPILED, OK, RUNTIME_ERROR, SKIPPED, WRONG, AutotuneError, CompileReport, ConfigResult,
@@ -146,7 +147,8 @@ class AutoTuner:
     def __init__(self, factory, configs, *, out_idx=None, target="auto", pass_configs=None, warmup=25, rep=100,
                  ref_prog=None, supply=None, rtol=1e-2, atol=1e-2, skip_check=False, cache_input_tensors=True,
                  max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
-                 parallel="auto", dynamic=None, top_k=None, record=True, cost_db=None, devices=None):
+                 parallel="auto", dynamic=None, top_k=None, record=True, cost_db=None, devices=None,
+                 runners=None):
         if configs is None:
             raise ValueError("tilex.autotune: configs is required (a list of dicts, a dict of lists, or a callable)")
         inner = unwrap_factory(factory)
@@ -170,7 +172,8 @@ class AutoTuner:
         self.set_profile_args(warmup=warmup, rep=rep, ref_prog=ref_prog, supply=supply, rtol=rtol, atol=atol,
                               skip_check=skip_check, cache_input_tensors=cache_input_tensors)
         self.set_tune_args(max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
-                           max_shared_memory=max_shared_memory, parallel=parallel, devices=devices)
+                           max_shared_memory=max_shared_memory, parallel=parallel, devices=devices,
+                           runners=runners)
         self.dynamic = normalize_dynamic(dynamic)
         if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise ValueError(f"tilex.autotune: top_k must be a positive int, got {top_k!r}")
@@ -211,13 +214,15 @@ class AutoTuner:
         return self
 
     def set_tune_args(self, max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
-                      parallel="auto", devices=None) -> "AutoTuner":
+                      parallel="auto", devices=None, runners=None) -> "AutoTuner":
         """``max_workers`` (default ``min(len(configs), os.cpu_count())``), ``timeout`` (seconds per
         configuration's compilation; ``None``: no limit), ``cache`` (use the autotune disk cache),
         ``progress`` (tqdm bars), ``max_shared_memory`` (bytes per block; default: the GPU's opt-in limit,
         or the target arch's without a GPU), ``parallel`` (``"auto"``, ``"process"`` or ``"thread"``),
         ``devices`` (the GPUs that time configurations side by side: every visible one by default, a count, or
-        a list of indices; see :mod:`tilex.autotuner.devices`)."""
+        a list of indices; see :mod:`tilex.autotuner.devices`), ``runners`` (:class:`~tilex.autotuner.rpc.
+        RemoteRunner` s: time the configurations on other machines through TVM's RPC tracker instead, see
+        :mod:`tilex.autotuner.remote`; a local GPU, when present, still checks them against ``ref_prog``)."""
         if parallel not in ("auto", "process", "thread"):
             raise ValueError(f"parallel must be 'auto', 'process' or 'thread', got {parallel!r}")
         if max_workers is not None and int(max_workers) < 1:
@@ -229,7 +234,15 @@ class AutoTuner:
         self.max_shared_memory = max_shared_memory
         self.parallel = parallel
         self.devices = devices
+        self.runners = list(runners) if runners else []
         return self
+
+    def _device_label(self) -> str:
+        """Where configurations are timed (part of the cache and measurement keys): the local GPU's name, or the
+        RPC keys of the runners."""
+        if self.runners:
+            return "rpc:" + ",".join(sorted({r.key for r in self.runners}))
+        return _device_name()
 
     # -- binding
     def _resolve_configs(self, args, kwargs) -> list:
@@ -338,7 +351,7 @@ class AutoTuner:
             "out_idx": job.out_idx,
             "target": str(job.target),
             "pass_configs": job.pass_configs or {},
-            "device": _device_name(),
+            "device": self._device_label(),
             "tilex": _tilex_version(),
             "tvm": tvm.__version__,
             **({"dynamic": self.dynamic} if self.dynamic else {}),
@@ -416,9 +429,13 @@ class AutoTuner:
         import torch
 
         results = report.results
-        if not _cuda_available():
-            raise AutotuneError("tilex autotune: benchmarking needs a CUDA GPU (torch sees none); "
-                                "AutoTuner.compile(...) runs the compile phase alone", results)
+        check = self.ref_prog is not None and not self.skip_check
+        local = not self.runners or check  # with runners, the local GPU only checks results
+        if local and not _cuda_available():
+            raise AutotuneError("tilex autotune: benchmarking needs a CUDA GPU (torch sees none); " + (
+                "with runners= only the check against ref_prog does: skip_check=True times on the remote "
+                "machines unchecked" if self.runners else "AutoTuner.compile(...) runs the compile phase alone"),
+                results)
         if self.ref_prog is not None and not self.skip_check and not as_list(report.job.out_idx):
             raise AutotuneError("tilex autotune: checking against ref_prog needs out_idx (the kernel must return "
                                 "its outputs); set out_idx or skip_check=True", results)
@@ -427,8 +444,9 @@ class AutoTuner:
         features = self._features(report, todo) if (self.top_k or self.record) else {}
         if self.top_k and len(todo) > self.top_k:
             todo = self._rank(report, todo, features)
-        devices = bench_devices(self.devices)
-        bar = progress_bar(self.progress, len(todo), "tilex autotune: bench"
+        devices = bench_devices(self.devices) if local else []
+        bar = progress_bar(self.progress, len(todo), ("tilex autotune: check" if self.runners else
+                                                      "tilex autotune: bench")
                            + (f" on {len(devices)} GPUs" if len(devices) > 1 else ""))
         inputs_of: dict = {}  # (device, input signature) -> (inputs, ref outputs)
         ref_latency: list = []
@@ -470,6 +488,8 @@ class AutoTuner:
                         r.status, r.reason = WRONG, reason
                         return
                 del out
+                if self.runners:  # checked; the remote machines time it
+                    return
                 r.latency = bench.do_bench(lambda: kernel(*inputs), self.warmup, self.rep)
                 r.status, r.device = OK, dev
             except Exception as e:  # noqa: BLE001
@@ -478,15 +498,19 @@ class AutoTuner:
                 bar.update(1)
 
         try:
-            run_on_devices(todo, measure, devices)
+            if local:
+                run_on_devices(todo, measure, devices)
         finally:
             bar.close()
+        if self.runners:
+            benchmark_remote([r for r in todo if r.status == COMPILED], self.runners, self.rep)
         ok = [r for r in todo if r.ok]
         best = min(ok, key=lambda r: r.latency) if ok else None
         if self.record and features:
             try:
-                self._db().add(self._problem_key(report.job), [(r.config, features[r.index], r.latency)
-                                                               for r in results if r.ok and r.index in features])
+                self._db().add(self._problem_key(report.job, self._device_label()),
+                               [(r.config, features[r.index], r.latency) for r in results
+                                if r.ok and r.index in features])
             except OSError as e:
                 logger.info("tilex autotune: measurements not recorded (%s)", e)
         if best is None:
@@ -499,12 +523,12 @@ class AutoTuner:
         return MeasurementDB(self.cost_db)
 
     @staticmethod
-    def _problem_key(job) -> str:
+    def _problem_key(job, device: str | None = None) -> str:
         try:
             return acache.make_key({"factory": f"{getattr(job.factory, '__module__', '?')}."
                                                f"{getattr(job.factory, '__qualname__', '?')}",
                                     "args": list(job.args), "kwargs": job.kwargs, "target": str(job.target),
-                                    "device": _device_name()})
+                                    "device": device or _device_name()})
         except acache.UnstableKeyError:
             return repr((job.args, job.kwargs))
 
@@ -519,7 +543,7 @@ class AutoTuner:
     def _training_records(self, job):
         """(this problem's key, the database's records) when the database holds measurements of at least
         MIN_PROBLEMS_TO_RANK other problems, else None (the cost model is not trusted yet)."""
-        problem = self._problem_key(job)
+        problem = self._problem_key(job, self._device_label())
         records = self._db().load()
         others = {r["problem"] for r in records} - {problem}
         if len(others) < MIN_PROBLEMS_TO_RANK:
@@ -634,6 +658,9 @@ class AutoTuner:
         """Compile every configuration with `dim` symbolic, profile them at wave-aligned values of it, fit the
         dispatch tables (or load them from the autotune cache) and return a TuneResult whose ``kernel`` is the
         :class:`~tilex.autotuner.dispatch.DynamicKernel`."""
+        if self.runners:
+            raise AutotuneError("tilex autotune: a dynamic size is profiled on the local GPU; runners= (remote "
+                                "timing) takes static shapes only")
         max_value = self.dynamic[dim]
         key = self._key(job) if self.cache else None
         report = self._compile_job(job)
@@ -834,7 +861,7 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
              skip_check=False, cache_input_tensors=True, max_workers=None, timeout=None, out_idx=None,
              target="auto", pass_configs=None, cache=True, progress=True, max_shared_memory=None,
              parallel="auto", supply_prog=None, dynamic=None, top_k=None, record=True, cost_db=None,
-             devices=None):
+             devices=None, runners=None):
     """Decorator: tune a kernel factory over ``configs`` and return the best compiled kernel.
 
     ::
@@ -861,7 +888,7 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
     holds measurements of a few other problems).
 
     Configurations are timed on every visible GPU of the host side by side (``devices``: a count or a list of
-    indices instead).
+    indices instead); ``runners=[RemoteRunner(...)]`` times them on other machines through TVM's RPC tracker.
     """
     if supply is not None and supply_prog is not None:
         raise TypeError("pass supply or supply_prog, not both")
@@ -872,7 +899,7 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
                           rtol=rtol, atol=atol, skip_check=skip_check, cache_input_tensors=cache_input_tensors,
                           max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
                           max_shared_memory=max_shared_memory, parallel=parallel, dynamic=dynamic, top_k=top_k,
-                          record=record, cost_db=cost_db, devices=devices)
+                          record=record, cost_db=cost_db, devices=devices, runners=runners)
         return AutotunedFactory(fn, tuner)
 
     if func is not None:
