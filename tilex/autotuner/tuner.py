@@ -60,14 +60,15 @@ from tilex.ir.hardware import num_sms
 from tilex.jit import cache as kcache
 from tilex.jit import compile as compile_kernel
 
-from . import bench, smem
+from . import smem
 from . import cache as acache
 from .cost_model import CostModel, MeasurementDB, known_before_compiling, program_features
-from .devices import bench_devices, run_on_devices
+from .devices import bench_devices
 from .dynamic import build_dynamic_kernel, profile, sized_supply
 from .remote import benchmark_remote
 from .inputs import as_list, compare_outputs, default_supply
 from .launch_shape import launch_shape
+from .local_bench import LocalBench
 from .results import (COMPILED, OK, RUNTIME_ERROR, SKIPPED, WRONG, AutotuneError, CompileReport, ConfigResult,
                       TuneResult, error_text, format_config, format_table, reason_of)
 from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, load_kernels, picklable,
@@ -426,8 +427,6 @@ class AutoTuner:
     def benchmark(self, report: CompileReport) -> TuneResult:
         """Check and time the compiled kernels of ``report`` on the GPU; returns the :class:`TuneResult`.
         Raises :class:`AutotuneError` (with the table of reasons) when no configuration works."""
-        import torch
-
         results = report.results
         check = self.ref_prog is not None and not self.skip_check
         local = not self.runners or check  # with runners, the local GPU only checks results
@@ -448,58 +447,11 @@ class AutoTuner:
         bar = progress_bar(self.progress, len(todo), ("tilex autotune: check" if self.runners else
                                                       "tilex autotune: bench")
                            + (f" on {len(devices)} GPUs" if len(devices) > 1 else ""))
-        inputs_of: dict = {}  # (device, input signature) -> (inputs, ref outputs)
-        ref_latency: list = []
-        lock = threading.Lock()
-
-        def inputs_for(kernel, dev):
-            specs = [p for p in kernel.params if not p.is_output]
-            sig = (dev, tuple((p.name, p.kind, p.dtype, tuple(map(str, p.shape))) for p in specs))
-            entry = inputs_of.get(sig) if self.cache_input_tensors else None
-            if entry is None:
-                inputs = list(supply(specs))
-                ref = None
-                if self.ref_prog is not None and not self.skip_check:
-                    ref = self.ref_prog(*inputs)
-                    torch.cuda.synchronize()
-                entry = (inputs, ref)
-                if self.cache_input_tensors:
-                    inputs_of[sig] = entry
-                with lock:
-                    first = self.ref_prog is not None and not ref_latency
-                    if first:
-                        ref_latency.append(None)
-                if first:
-                    try:
-                        ref_latency[0] = bench.do_bench(lambda: self.ref_prog(*inputs), self.warmup, self.rep)
-                    except Exception as e:  # noqa: BLE001
-                        logger.info("tilex autotune: timing ref_prog failed: %s", e)
-            return entry
-
-        def measure(r, dev):
-            kernel = r.kernel
-            try:
-                inputs, ref = inputs_for(kernel, dev)
-                out = kernel(*inputs)
-                torch.cuda.synchronize()
-                if ref is not None:
-                    reason, r.max_error = compare_outputs(out, ref, self.rtol, self.atol)
-                    if reason:
-                        r.status, r.reason = WRONG, reason
-                        return
-                del out
-                if self.runners:  # checked; the remote machines time it
-                    return
-                r.latency = bench.do_bench(lambda: kernel(*inputs), self.warmup, self.rep)
-                r.status, r.device = OK, dev
-            except Exception as e:  # noqa: BLE001
-                r.status, r.reason, r.error = RUNTIME_ERROR, reason_of(e), error_text(e)
-            finally:
-                bar.update(1)
-
+        local_bench = LocalBench(supply, self.ref_prog, check, self.rtol, self.atol, self.warmup, self.rep,
+                                 cache_inputs=self.cache_input_tensors, time_it=not self.runners, progress=bar)
         try:
             if local:
-                run_on_devices(todo, measure, devices)
+                local_bench.run(todo, devices)
         finally:
             bar.close()
         if self.runners:
@@ -516,7 +468,7 @@ class AutoTuner:
         if best is None:
             raise AutotuneError("tilex autotune: no configuration worked:\n" + format_table(results), results)
         _label(best)
-        return TuneResult(best, results, ref_latency=ref_latency[0] if ref_latency else None)
+        return TuneResult(best, results, ref_latency=local_bench.ref_latency)
 
     # -- the cost model (tilex.autotuner.cost_model)
     def _db(self):
