@@ -303,6 +303,11 @@ def test_nvcc_error_reason():
     err = TilexCompileError("tilex: nvcc failed", ["nvcc"], "/tmp/x/kernel_1.cu(12): error: identifier \"foo\" is "
                             "undefined\n1 error detected", "/tmp/x/kernel_1.cu")
     assert results.reason_of(err) == 'nvcc: error: identifier "foo" is undefined'
+    # ptxas's failures say "fatal", after nvcc's warnings about unused helpers
+    err = TilexCompileError("tilex: nvcc failed", ["nvcc"], "k.cu(53): warning #177-D: function \"hpow\" was "
+                            "declared but never referenced\nptxas fatal   : (C7602) Insufficient registers (128) to "
+                            "compile instruction\nptxas fatal   : Ptx assembly aborted due to errors", "k.cu")
+    assert results.reason_of(err) == "nvcc: ptxas fatal   : (C7602) Insufficient registers (128) to compile instruction"
 
 
 def test_all_failing_configs_raise_with_table(monkeypatch):

@@ -61,6 +61,7 @@ def test_compile_error_is_readable():
     e = ei.value
     msg = str(e)
     assert "nvcc failed" in msg and "this_is_not_declared" in msg and "-gencode" in msg
+    assert "this_is_not_declared" in msg.splitlines()[0]  # the first error line heads the message
     assert os.path.isfile(e.source_path) and e.source_path in msg
     assert "this_is_not_declared" in open(e.source_path).read()
 

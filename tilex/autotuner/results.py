@@ -11,6 +11,7 @@ from __future__ import annotations
 import traceback
 from typing import Sequence
 
+from tilex.engine.nvcc import first_error_line
 from tilex.jit import TilexCompileError
 
 __all__ = ["OK", "COMPILED", "BUILD_ERROR", "SMEM", "TIMEOUT", "WRONG", "RUNTIME_ERROR", "SKIPPED", "AutotuneError",
@@ -46,11 +47,7 @@ def reason_of(exc: BaseException) -> str:
     :class:`tilex.jit.TilexCompileError`, else ``"ExceptionType: first line of the message"``."""
     if isinstance(exc, TilexCompileError):
         text = exc.stderr or str(exc)
-        errs = [ln.strip() for ln in text.splitlines() if "error" in ln.lower()]
-        line = errs[0] if errs else (text.strip().splitlines() or ["nvcc failed"])[0]
-        # drop the temporary file's path in front of "error"
-        if ": error" in line:
-            line = "error" + line.split(": error", 1)[1]
+        line = first_error_line(text) or (text.strip().splitlines() or ["nvcc failed"])[0]
         reason = f"nvcc: {line}"
     else:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]

@@ -77,6 +77,17 @@ class TilexCompileError(RuntimeError):
         self.source_path = source_path
 
 
+def first_error_line(text: str) -> str:
+    """nvcc's or ptxas's first error line in `text` (``error``/``fatal``, without the temporary file's path in
+    front), or "" when there is none: warnings about unused helpers often come first."""
+    for ln in text.splitlines():
+        low = ln.lower()
+        if "error" in low or "fatal" in low:
+            ln = ln.strip()
+            return "error" + ln.split(": error", 1)[1] if ": error" in ln else ln
+    return ""
+
+
 def compile_count() -> int:
     """How many times nvcc was run through :func:`compile_cuda` in this process."""
     return _compile_count
@@ -208,8 +219,9 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, f
         lines = proc.stdout.splitlines()
         shown = "\n".join(lines[:_MAX_ERROR_LINES])
         more = f"\n... ({len(lines) - _MAX_ERROR_LINES} more lines)" if len(lines) > _MAX_ERROR_LINES else ""
+        first = first_error_line(proc.stdout)
         raise TilexCompileError(
-            f"tilex: nvcc failed (exit code {proc.returncode}) for {arch}\n"
+            f"tilex: nvcc failed (exit code {proc.returncode}) for {arch}{': ' + first if first else ''}\n"
             f"command: {shlex.join(cmd)}\n"
             f"source kept at: {src}\n"
             f"--- nvcc output ---\n{shown}{more}",
