@@ -75,10 +75,11 @@ def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, spli
 
 def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dtype="float16", accum="float32",
                    stage_c=False, m_major=False):
-    """C = A @ B for skinny A (M well below 64 rows): each block computes the transposed tile C^T = B^T A^T, so
-    the wide dimension N fills the 64-row side of the tensor-core instruction and the few rows of A become its
-    narrow N side (16 or 32) instead of padding A's tile to 64 rows. `m_major` puts the row blocks of A on the
-    grid's x axis (clusters along x then share one tile of B)."""
+    """C = A @ B with each block computing the transposed tile C^T = B^T A^T: N fills the 64-row side of the
+    tensor-core instruction and A's rows its N side, which takes any multiple of 8. For skinny A (16 or 32 rows
+    instead of a tile padded to 64), and for row-block heights (88, 136, 160, ...) that fit M into whole waves
+    (benchmarks/bench_dynamic.py). `m_major` puts the row blocks of A on the grid's x axis (clusters along x then
+    share one tile of B)."""
     grid = (T.ceildiv(M, bm), T.ceildiv(N, bn)) if m_major else (T.ceildiv(N, bn), T.ceildiv(M, bm))
 
     @T.prim_func
