@@ -56,8 +56,9 @@ def _cuda_device(dev):
 def run_on_devices(items: Sequence, fn: Callable, devices: Sequence[int], bind: Callable | None = None) -> list:
     """``[fn(item, device) for item in items]``, each item run on one of ``devices`` (one thread per entry of
     ``devices``; an index may repeat to run two threads on one GPU) inside ``bind(device)`` (a context manager
-    making it the thread's current device; default ``torch.cuda.device``). Returns the results in the order of ``items``. The first exception
-    raised by ``fn`` stops the other threads after their current item and is raised again here."""
+    making it the thread's current device; default ``torch.cuda.device``). Returns the results in the order of
+    ``items``. The first exception raised by ``fn`` stops the other threads after their current item and is
+    raised again here."""
     items = list(items)
     bind = bind or _cuda_device
     if not devices:

@@ -194,8 +194,6 @@ class DynamicKernel:
 
     def kernel_for(self, value: int):
         """The :class:`tilex.JITKernel` that serves `value`."""
-        if 0 <= value <= self.table.max_value:
-            return self.kernels[self.table.choices[value]]
         return self.kernels[self.table.choose(value)]
 
     def __call__(self, *args):
@@ -228,20 +226,7 @@ class DynamicKernel:
             axis = SCALAR_AXIS if self._axis is None else self._axis
             return make(self._pos, axis, fallback, lambda v: int(self.table.choose(v)), list(self.table.choices),
                         *callers)
-        by_value = [launchers[i] for i in self.table.choices]
-        pos, axis_ = self._pos, self._axis
-
-        def dispatch(*args):
-            try:
-                a = args[pos]
-                value = a if axis_ is None else a.shape[axis_]
-                run = by_value[value] if value >= 0 else launchers[fallback]
-            except IndexError:  # past the dense table (the model decides), or too few arguments
-                run = launchers[self.table.choose(value)] if len(args) > pos else launchers[fallback]
-            except (AttributeError, TypeError):
-                run = launchers[fallback]
-            return run(*args)
-        return dispatch
+        return lambda *args: self._kernel_of(args).launcher()(*args)
 
     @property
     def params(self):

@@ -65,10 +65,10 @@ from . import cache as acache
 from .cost_model import CostModel, MeasurementDB, known_before_compiling, program_features
 from .devices import bench_devices
 from .dynamic import build_dynamic_kernel, profile, sized_supply
-from .remote import benchmark_remote
 from .inputs import as_list, compare_outputs, default_supply
 from .launch_shape import launch_shape
 from .local_bench import LocalBench
+from .remote import benchmark_remote
 from .results import (COMPILED, OK, RUNTIME_ERROR, SKIPPED, WRONG, AutotuneError, CompileReport, ConfigResult,
                       TuneResult, error_text, format_config, format_table, reason_of)
 from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, load_kernels, picklable,
@@ -435,7 +435,7 @@ class AutoTuner:
                 "with runners= only the check against ref_prog does: skip_check=True times on the remote "
                 "machines unchecked" if self.runners else "AutoTuner.compile(...) runs the compile phase alone"),
                 results)
-        if self.ref_prog is not None and not self.skip_check and not as_list(report.job.out_idx):
+        if check and not as_list(report.job.out_idx):
             raise AutotuneError("tilex autotune: checking against ref_prog needs out_idx (the kernel must return "
                                 "its outputs); set out_idx or skip_check=True", results)
         supply = self.supply or default_supply
@@ -637,9 +637,13 @@ class AutoTuner:
         import torch
 
         first = next(iter(kernels.values()))
+        supplies: dict = {}  # device -> inputs(value): the check's inputs serve the profile on that device too
 
         def make_supply():
-            return sized_supply(first.params, dim, max_value, self.supply or default_supply)
+            dev = torch.cuda.current_device()
+            if dev not in supplies:
+                supplies[dev] = sized_supply(first.params, dim, max_value, self.supply or default_supply)
+            return supplies[dev]
 
         if self.ref_prog is not None and not self.skip_check:
             self._check_dynamic(kernels, results, make_supply(), min(max_value, 129))

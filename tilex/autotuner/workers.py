@@ -40,8 +40,8 @@ from .results import BUILD_ERROR, COMPILED, SMEM, TIMEOUT, error_text, reason_of
 from .smem import shared_memory_bytes
 
 __all__ = ["unwrap_factory", "FactoryRef", "call_factory", "build_kernel", "worker_ping", "worker_compile",
-           "make_task", "collect", "compile_in_processes", "release_pool", "compile_in_threads", "load_kernels", "terminate_pool",
-           "progress_bar", "NoBar"]
+           "make_task", "collect", "compile_in_processes", "release_pool", "compile_in_threads", "load_kernels",
+           "terminate_pool", "progress_bar", "NoBar"]
 
 logger = logging.getLogger("tilex.autotuner")
 
