@@ -18,7 +18,7 @@ import torch
 
 import tilex
 import tilex.language as T
-from tilex.autotuner import AutoTuner, do_bench
+from tilex.autotuner import COMPILED, AutoTuner, do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_gemm import CONFIGS, program  # noqa: E402
@@ -206,7 +206,7 @@ def devices_part(M=4096, N=8192, K=8192, max_m=16384):
     def bench_phase():
         for r in report.results:  # measure them again: a benchmark marks what it measured
             if r.kernel is not None:
-                r.status = "compiled"
+                r.status = COMPILED
         tuner.benchmark(report)
 
     for devs in ([every[0]], every) if len(every) > 1 else ([every[0]],):
