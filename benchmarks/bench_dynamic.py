@@ -43,6 +43,13 @@ DYNAMIC_CONFIGS = [c for c in CONFIGS if not (len(c) > 6 and c[6] > 1) and not (
     (104, 128, 64, 7, 128, 0, -1),
     (184, 128, 64, 5, 256, 0, -1),
     (200, 128, 64, 5, 256, 0, -1),
+] + [  # the same tiles writing C through a shared tile of 8-32 rows of C and TMA stores (one such tile fits
+    # beside the pipeline's stages), instead of scattered stores straight from the registers
+    (128, 256, 64, 4, 256, 0, -1, 32),
+    (136, 256, 64, 4, 256, 0, -1, 8),
+    (160, 256, 64, 4, 256, 0, -1, 32),
+    (176, 256, 64, 4, 256, 0, -1, 16),
+    (192, 256, 64, 3, 256, 0, -1, 32),
 ]
 
 

@@ -34,14 +34,15 @@ ALL_SHAPES = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x
 
 def program(M, N, K, dtype, cfg):
     """The tile program of a config: 6 entries = `matmul`, a 7th (> 1) = `matmul_splitk` with that many slices, a
-    7th of -1 = `matmul_swap_ab` (skinny A: blocks compute C^T tiles; see `applies`), an 8th (1) = `matmul` writing C
-    through a shared tile (a TMA store on sm90; > 1: in column blocks of that width), a 9th (1) = compiled with
+    7th of -1 = `matmul_swap_ab` (skinny A: blocks compute C^T tiles; see `applies`), an 8th (1) = C written through a
+    shared tile (a TMA store on sm90; > 1: in blocks of that many columns, or rows of C for swap-AB), a 9th (1) = compiled with
     stream-K (`pass_configs`), a 10th (1) = swap-AB with A's row blocks on the grid's x axis (the blocks that
     read one tile of B run side by side)."""
     bm, bn, bk, st, th, sw = cfg[:6]
     if len(cfg) > 6 and cfg[6] == -1:
-        return matmul_swap_ab(M, N, K, bm, bn, bk, st, th, dtype=dtype, stage_c=len(cfg) > 7 and bool(cfg[7]),
-                              m_major=len(cfg) > 9 and bool(cfg[9]))
+        staged = cfg[7] if len(cfg) > 7 else 0
+        return matmul_swap_ab(M, N, K, bm, bn, bk, st, th, dtype=dtype, stage_c=bool(staged),
+                              c_rows=staged if staged > 1 else 0, m_major=len(cfg) > 9 and bool(cfg[9]))
     if len(cfg) > 6 and cfg[6] > 1:
         return matmul_splitk(M, N, K, bm, bn, bk, st, th, cfg[6], dtype=dtype)
     staged = cfg[7] if len(cfg) > 7 else 0

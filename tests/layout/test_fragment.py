@@ -254,8 +254,9 @@ def test_tile_of_splits_a_wgmma_accumulator_into_column_blocks():
     from tilex.layout.wgmma import make_wgmma_accumulator_fragment
 
     acc = make_wgmma_accumulator_fragment(128, 256, 2, 1)
-    sub, strides = acc.tile_of((128, 64))
-    assert strides == [0, 32]  # a 64-column block is 32 registers further on, in the same threads
+    sub, strides, placement = acc.tile_of((128, 64))
+    assert strides == [0, 32]
+    assert [int(placement.map([r])[0]) for r in range(32)] == list(range(32))  # the block's registers are dense  # a 64-column block is 32 registers further on, in the same threads
     assert sub.input_shape == (128, 64) and sub.thread_extent == 256 and sub.local_size == 32
     # element (r, c + 64 q) of the accumulator is element (r, c) of the block, q * 32 registers on
     for r, c, q in [(0, 0, 1), (77, 13, 2), (127, 63, 3)]:
@@ -274,3 +275,39 @@ def test_tile_of_rejects_blocks_that_do_not_repeat_one_fragment():
         acc.tile_of((128, 4))  # splits the pairs of columns a thread holds
     with pytest.raises(LayoutError, match="do not tile"):
         acc.tile_of((128, 96))
+
+
+def test_tile_of_packs_registers_a_block_takes_in_two_runs():
+    import numpy as np
+
+    from tilex.layout.wgmma import make_wgmma_accumulator_fragment
+
+    # swap-AB's C^T accumulator: 256 rows over two warpgroups, each thread two m64 tiles of 80 registers
+    acc = make_wgmma_accumulator_fragment(256, 160, 2, 1)
+    sub, strides, placement = acc.tile_of((256, 32))
+    assert strides == [0, 16] and sub.local_size == 32 and sub.thread_extent == 256
+    assert [int(placement.map([r])[0]) for r in (0, 15, 16, 31)] == [0, 15, 80, 95]
+    sub.inverse()  # dense: a fragment of its own
+    rows, cols = np.meshgrid(np.arange(256), np.arange(160), indexing="ij")
+    thread, (local,) = acc.map_numpy(rows, cols)
+    s_thread, (s_local,) = sub.map_numpy(rows, cols % 32)
+    placed = placement.map_numpy(np.asarray(s_local))[0]
+    assert (np.broadcast_to(thread, rows.shape) == np.broadcast_to(s_thread, rows.shape)).all()
+    assert (local == placed + (cols // 32) * 16).all()
+
+
+def test_tile_of_interleaved_blocks():
+    # registers 0, 2, 4 hold block 0 and 1, 3, 5 block 1
+    f = Fragment((1, 6), lambda i, j: i, lambda i, j: (j % 3) * 2 + j // 3)
+    sub, strides, placement = f.tile_of((1, 3))
+    assert strides == [0, 1] and sub.local_size == 3
+    assert [int(placement.map([r])[0]) for r in range(3)] == [0, 2, 4]
+
+
+def test_tile_of_rejects_registers_that_are_no_mixed_radix():
+    from tvm import tirx
+
+    # block 0 in registers 0, 1, 3 and block 1 in 2, 4, 5
+    f = Fragment((1, 6), lambda i, j: i, lambda i, j: tirx.Select(j == 2, 3, tirx.Select(j == 3, 2, j)))
+    with pytest.raises(LayoutError, match="not a mixed radix"):
+        f.tile_of((1, 3))

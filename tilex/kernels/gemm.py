@@ -74,12 +74,15 @@ def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, spli
 
 
 def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dtype="float16", accum="float32",
-                   stage_c=False, m_major=False):
+                   stage_c=False, m_major=False, c_rows=0):
     """C = A @ B with each block computing the transposed tile C^T = B^T A^T: N fills the 64-row side of the
     tensor-core instruction and A's rows its N side, which takes any multiple of 8. For skinny A (16 or 32 rows
     instead of a tile padded to 64), and for row-block heights (88, 136, 160, ...) that fit M into whole waves
     (benchmarks/bench_dynamic.py). `m_major` puts the row blocks of A on the grid's x axis (clusters along x then
-    share one tile of B)."""
+    share one tile of B). `stage_c` writes C through a shared tile (one TMA store per tile on sm90); `c_rows` > 0
+    (with `stage_c`) stages it in blocks of that many rows of C (columns of the C^T tile: each thread holds a share
+    of every block) through a smaller shared tile, leaving shared memory to the pipeline."""
+    cm = c_rows if stage_c and 0 < c_rows < bm else bm
     grid = (T.ceildiv(M, bm), T.ceildiv(N, bn)) if m_major else (T.ceildiv(N, bn), T.ceildiv(M, bm))
 
     @T.prim_func
@@ -95,7 +98,13 @@ def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dty
                 T.copy(A[by * bm, k * bk], A_s)
                 T.copy(B[k * bk, bx * bn], B_s)
                 T.gemm(B_s, A_s, Ct_l, transpose_A=True, transpose_B=True)  # (B_s)^T @ (A_s)^T
-            if stage_c:
+            if stage_c and cm < bm:
+                C_s = T.alloc_shared((cm, bn), dtype)
+                for c in T.unroll(bm // cm):
+                    for j, i in T.Parallel(bn, cm):
+                        C_s[i, j] = Ct_l[j, c * cm + i]
+                    T.copy(C_s, C[by * bm + c * cm, bx * bn])
+            elif stage_c:
                 C_s = T.alloc_shared((bm, bn), dtype)
                 for j, i in T.Parallel(bn, bm):
                     C_s[i, j] = Ct_l[j, i]

@@ -183,41 +183,53 @@ class Fragment:
         return Fragment(new_shape, thread, index, replicate=self._replicate)
 
     def tile_of(self, extents):
-        """``(sub, strides)``: this fragment seen as a grid of ``extents``-shaped blocks that all repeat one
-        fragment ``sub`` over the block, in the same threads, at a register offset ``sum_d q_d * strides[d]`` for
-        block ``(q_0, q_1, ...)`` -- the inverse of ``repeat(..., on_thread=False)``. Checked on every element;
-        raises ``LayoutError`` when the blocks do not repeat one fragment this way (``sub`` is then undefined)."""
+        """``(sub, strides, placement)``: this fragment seen as a grid of ``extents``-shaped blocks that all repeat
+        one fragment ``sub`` over the block, in the same threads. Element ``x`` of block ``(q_0, q_1, ...)`` sits in
+        register ``placement(l) + sum_d q_d * strides[d]`` of this fragment, ``l`` being its register in ``sub``
+        (flat). ``sub`` numbers its registers densely: where one block's registers are spread out in this fragment
+        (e.g. two 64-row wgmma tiles a thread holds 80 registers apart), ``placement`` (a 1-d ``Layout`` from
+        ``sub``'s flat registers to this fragment's) puts them back; otherwise it is the identity. The inverse of
+        ``repeat(..., on_thread=False)``. Checked on every element; raises ``LayoutError`` when the blocks do not
+        repeat one fragment this way."""
         import numpy as np
 
         extents = tuple(int(e) for e in extents)
         if len(extents) != self.ndim or any(e < 1 or s % e for e, s in zip(extents, self.input_shape)):
             raise LayoutError(f"blocks of {extents} do not tile fragment shape {self.input_shape}")
-        sub = Fragment(extents, self.forward_thread, list(self.forward_index), replicate=self._replicate)
+        flat = row_major_offset(list(self.forward_index), self.local_shape)
         grids = np.meshgrid(*[np.arange(s) for s in self.input_shape], indexing="ij")
-        flat_local = lambda loc, shape: np.ravel_multi_index(  # noqa: E731
-            tuple(np.asarray(x, dtype=np.int64) for x in loc), shape)
-        strides = []
+        inner = [g % e for g, e in zip(grids, extents)]
+        blocks = [g // e for g, e in zip(grids, extents)]
+        first = np.logical_and.reduce([b == 0 for b in blocks]) if self.ndim else np.ones((), bool)
+        flat_fn = compile_numpy([self.forward_thread, flat], self._all_vars())
+        scales, counts = None, None
         for rep in range(self._replicate):
-            thread, local = self.map_numpy(*grids, rep=rep)
-            inner = [g % e for g, e in zip(grids, extents)]
-            s_thread, s_local = sub.map_numpy(*inner, rep=rep)
-            local = flat_local([np.broadcast_to(x, grids[0].shape) for x in local], self.local_shape)
-            s_local = flat_local([np.broadcast_to(x, grids[0].shape) for x in s_local], sub.local_shape)
-            blocks = [g // e for g, e in zip(grids, extents)]
-            if not np.array_equal(np.broadcast_to(thread, grids[0].shape), np.broadcast_to(s_thread, grids[0].shape)):
+            thread, local = (np.broadcast_to(np.asarray(x, dtype=np.int64), grids[0].shape)
+                             for x in flat_fn(*grids, rep))
+            if scales is None:
+                scales, counts = _dense_registers(thread[first], local[first], self)
+                placement = _placement(scales, counts)
+                sub_index = _dense_index(flat, scales, counts)
+                sub = Fragment(extents, self.forward_thread, [sub_index], replicate=self._replicate)
+                s_thread_fn = compile_numpy([sub.forward_thread, sub.forward_index[0]], sub._all_vars())
+                expand = compile_numpy([placement.forward_index[0]], list(placement.vars))
+                strides = []
+            s_thread, s_local = (np.broadcast_to(np.asarray(x, dtype=np.int64), grids[0].shape)
+                                 for x in s_thread_fn(*inner, rep))
+            if not np.array_equal(thread, s_thread):
                 raise LayoutError(f"{self}: blocks of {extents} live in different threads")
+            placed = np.broadcast_to(np.asarray(expand(s_local)[0], dtype=np.int64), grids[0].shape)
             if not strides:
                 for d in range(self.ndim):
                     probe = [0] * self.ndim
                     if self.input_shape[d] > extents[d]:
                         probe[d] = extents[d]
-                        strides.append(int(local[tuple(probe)] - s_local[tuple(probe)]))
+                        strides.append(int(local[tuple(probe)] - placed[tuple(probe)]))
                     else:
                         strides.append(0)
-            want = s_local + sum(b * st for b, st in zip(blocks, strides))
-            if not np.array_equal(local, want):
+            if not np.array_equal(local, placed + sum(b * st for b, st in zip(blocks, strides))):
                 raise LayoutError(f"{self}: blocks of {extents} are not one fragment at shifted registers")
-        return sub, strides
+        return sub, strides, placement
 
     def replicate_by(self, n: int) -> "Fragment":  # also reachable as ``frag.replicate(n)``
         """Each element additionally held by ``n`` thread groups.
@@ -280,3 +292,60 @@ class _ReplicateCount(int):
 
     def __reduce__(self):
         return (int, (int(self),))
+
+
+def _dense_registers(thread, local, frag):
+    """The registers one block takes in each thread, as a mixed radix ``sum_k x_k * scales[k]`` (``x_k <
+    counts[k]``, scales nested); the same set in every thread."""
+    import numpy as np
+
+    order = np.lexsort((local, thread))
+    thread, local = thread[order], local[order]
+    threads = np.unique(thread)
+    per = len(local) // max(len(threads), 1)
+    if per * len(threads) != len(local):
+        raise LayoutError(f"{frag}: the threads hold different numbers of one block's elements")
+    regs = local.reshape(len(threads), per)
+    if not (regs == regs[0]).all():
+        raise LayoutError(f"{frag}: the threads hold one block's elements in different registers")
+    want = np.unique(regs[0])
+    if len(want) != per or want[0] != 0:
+        raise LayoutError(f"{frag}: one block's registers do not start at register 0 or repeat")
+    scales, counts, size = [], [], 1
+    while size < per:
+        step = int(want[size])
+        reps = 1
+        while size * (reps + 1) <= per and np.array_equal(want[size * reps:size * (reps + 1)],
+                                                           want[:size] + reps * step):
+            reps += 1
+        if reps == 1:
+            raise LayoutError(f"{frag}: one block's registers {want.tolist()[:16]}... are not a mixed radix")
+        scales.append(step)
+        counts.append(reps)
+        size *= reps
+    return scales, counts
+
+
+def _placement(scales, counts):
+    """Layout from a dense register number to the register ``sum_k digit_k * scales[k]``."""
+    size = math.prod(counts) if counts else 1
+
+    def expand(r):
+        out, unit = to_expr(0), 1
+        for sc, n in zip(scales, counts):
+            out = out + tirx.floormod(tirx.floordiv(r, unit), n) * sc
+            unit *= n
+        return out
+
+    return Layout((size,), expand)
+
+
+def _dense_index(flat, scales, counts):
+    """The dense register number of register expression `flat` (its digits under `scales` / `counts`)."""
+    out, unit = to_expr(0), 1
+    for k, (sc, n) in enumerate(zip(scales, counts)):
+        upper = flat if k + 1 == len(scales) else tirx.floormod(flat, scales[k + 1])
+        digit = tirx.floordiv(upper, sc)
+        out = out + digit * unit
+        unit *= n
+    return out

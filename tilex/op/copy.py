@@ -19,7 +19,8 @@ from tilex.layout import (LayoutError, make_swizzled_layout, make_wgmma_operand_
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
 from tilex.op.partition import (access_vectorizable, analyzer_scope, coalesced_plan, emit_by_fragment,
-                                emit_by_plan, fragment_vector_width, pick_vector, static_shape, unflatten)
+                                emit_by_plan, fragment_vector_width, pick_vector, placed_vector_width, static_shape,
+                                unflatten)
 from tilex.op.region import READ, WRITE, Region, to_region, tile_shape
 from tilex.op.registry import register_tile_op
 from tilex.op.tma_load import tma_box, tma_tile_eligible
@@ -244,12 +245,14 @@ class CopyOp(TileOp):
             frag = ctx.layout_map.get(frag_side.buffer)
             if frag is None:
                 raise TileOpError(f"{self.describe()}: fragment '{frag_side.buffer.name}' has no layout")
-            fshape, offset = [int(s) for s in frag_side.buffer.shape], 0
+            fshape, offset, placement = [int(s) for s in frag_side.buffer.shape], 0, None
             block = is_fragment(sb) and _fragment_slice(self.src) is not None
-            if block:  # walk the block's sub-fragment, registers `offset` on
-                frag, fshape, offset = self._fragment_block(ctx, frag)
+            if block:  # walk the block's sub-fragment: its register l is the source's placement(l) + offset
+                frag, fshape, placement, offset = self._fragment_block(ctx, frag)
             direct = block or (is_fragment(sb) and frag.is_equal(ctx.layout_map.get(sb)))
             vec = fragment_vector_width(frag, 8, ctx.analyzer)
+            if block:
+                vec = placed_vector_width(placement, vec)
             while vec > 1 and not all(
                     access_vectorizable(r.buffer, lambda ix, r=r: self._phys_index_fn(ctx, r)(_tile_index(fshape, ix)),
                                         fshape, vec, ctx.analyzer, bind)
@@ -267,7 +270,8 @@ class CopyOp(TileOp):
                 ix, gix = _tile_index(fshape, fix), _tile_index(fshape, fgix)
                 value = self._value(ctx, ix)
                 if direct:
-                    value = tirx.BufferLoad(ctx.remap[sb], [l_flat + offset if block else l_flat])
+                    reg = ctx.analyzer.simplify(placement.map([l_flat], ctx.analyzer)[0] + offset) if block else l_flat
+                    value = tirx.BufferLoad(ctx.remap[sb], [reg])
                     if str(sb.dtype) != str(db.dtype):
                         value = tirx.Cast(db.dtype, value)
                 if is_fragment(db):
@@ -298,12 +302,13 @@ class CopyOp(TileOp):
         return stmt
 
     def _fragment_block(self, ctx, frag):
-        """(sub-fragment, block extents, register offset) of a source block of fragment layout `frag` (extents
+        """(sub-fragment, block extents, register placement, register offset) of a source block of fragment layout
+        `frag` (extents
         dividing the fragment's shape, starting at multiples of them): the fragment must repeat one sub-fragment
         over its blocks (Fragment.tile_of)."""
         ext = [_int(e) for e in self.src.extents]
         try:
-            sub, strides = frag.tile_of(ext)
+            sub, strides, placement = frag.tile_of(ext)
         except LayoutError as e:
             raise TileOpError(f"{self.describe()}: the fragment's layout does not split into blocks of {ext} "
                               f"({e})") from None
@@ -313,7 +318,7 @@ class CopyOp(TileOp):
                 raise TileOpError(f"{self.describe()}: a fragment block must start at a multiple of its extent "
                                   f"{e}, got {m}")
             offset = offset + tirx.floordiv(m, e) * st
-        return sub, ext, ctx.analyzer.simplify(offset)
+        return sub, ext, placement, ctx.analyzer.simplify(offset)
 
     def _ldmatrix_ok(self, ctx, frag):
         """Whether shared -> fragment can be ``ldmatrix.x4``: a 16-bit 2-d tile whose fragment gives every thread

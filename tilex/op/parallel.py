@@ -3,18 +3,19 @@ from __future__ import annotations
 
 import numpy as np
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, map_nodes, seq, seq_items, substitute,
                             walk)
-from tilex.layout import compile_numpy
+from tilex.layout import LayoutError, compile_numpy
 from tilex.layout.project import project
 from tilex.op.int_cast import fast_int_casts
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
 from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
-                                fragment_vector_width, load_vectorizable, pick_vector, prefetch_loads,
-                                static_shape)
+                                fragment_vector_width, load_vectorizable, pick_vector, placed_vector_width,
+                                prefetch_loads, static_shape)
 
 
 def collect_parallel_nest(loop):
@@ -171,6 +172,12 @@ class ParallelOp(TileOp):
                 if lay is not None and _same_vars(idx, self.vars) and _covers(lay.input_shape, self.extents):
                     self.loop_layout = lay
                     break
+        if self.loop_layout is None:
+            for buf, idx in frags:
+                block = self._block_of(ctx, buf, idx)
+                if block is not None:
+                    self.loop_layout = block[0]
+                    break
         if self.loop_layout is None and level == InferLevel.FREE:
             elem_bits = self._widest_bits()
             vec = 1 if self.scalar_only else self._plan_vector(ctx, elem_bits)
@@ -184,6 +191,8 @@ class ParallelOp(TileOp):
         result = {}
         for buf, idx in frags:
             if not _same_vars(idx, self.vars):
+                if self._block_of(ctx, buf, idx) is not None:
+                    continue  # a block of a fragment with a layout, read in the loop's own threads
                 keep = _subset_of_vars(idx, self.vars)
                 if keep is not None and ctx.layout_map.get(buf) is None and buf not in result:
                     # a broadcast operand (bias[j], row_max[i]): replicate it over the threads that read it
@@ -245,9 +254,19 @@ class ParallelOp(TileOp):
         vec = 1 if self.scalar_only else self._check_vector(ctx, frag, vec)
         self._check_ownership(ctx, frag)
 
+        # blocks of fragments read in this loop's own threads: (buffer, indices, register placement, offset)
+        blocks = []
+        for buf, idx in self._fragment_accesses():
+            block = self._block_of(ctx, buf, idx)
+            if block is not None and block[0].is_equal(frag):
+                blocks.append((buf, idx) + block[1:])
+                vec = placed_vector_width(block[1], vec)
+
         def make_frag(ix, _guard, l_flat):
-            element = fast_int_casts(substitute(body, dict(zip(self.vars, ix))), ctx.analyzer)
-            return _direct_fragment_access(element, frag, ix, l_flat, ctx)
+            sub = dict(zip(self.vars, ix))
+            element = fast_int_casts(substitute(body, sub), ctx.analyzer)
+            at = [(buf, [substitute(e, sub) for e in idx], placement, off) for buf, idx, placement, off in blocks]
+            return _direct_fragment_access(element, frag, ix, l_flat, ctx, at)
 
         return emit_by_fragment(ctx, frag, vec, make_frag, name="par", bounds=self.extents)
 
@@ -272,6 +291,37 @@ class ParallelOp(TileOp):
             vec //= 2
         return 1
 
+    def _block_of(self, ctx, buf, idx):
+        """(sub-fragment, register placement, register offset) when ``buf[idx]`` reads a block of fragment `buf` (which has a layout):
+        indices ``m_d + v_d`` over the loop variables in order, the loop's extents dividing the fragment's shape and
+        each ``m_d`` -- free of the loop variables, e.g. ``c * 32`` for an enclosing ``c`` -- a multiple of its
+        extent, with the fragment repeating one sub-fragment over such blocks (Fragment.tile_of); else None."""
+        lay = ctx.layout_map.get(buf)
+        if lay is None or len(idx) != len(self.vars) or len(lay.input_shape) != len(self.extents):
+            return None
+        key = (buf, tuple(idx))
+        cache = self.__dict__.setdefault("_blocks", {})
+        if key in cache:
+            return cache[key]
+        cache[key] = None
+        loop_vars = set(self.vars)
+        mins = []
+        for e, v, ext, size in zip(idx, self.vars, self.extents, lay.input_shape):
+            m = ctx.analyzer.simplify(e - v)
+            used = []
+            walk(m, (tvm.ir.Var, lambda n: used.append(n) if n in loop_vars else None))
+            if used or size % ext or not ctx.analyzer.can_prove_equal(tirx.floormod(m, ext), 0):
+                return None
+            mins.append(m)
+        try:
+            sub, strides, placement = lay.tile_of(self.extents)
+        except LayoutError:
+            return None
+        offset = ctx.analyzer.simplify(sum((tirx.floordiv(m, ext) * st for m, ext, st
+                                            in zip(mins, self.extents, strides)), tirx.IntImm("int32", 0)))
+        cache[key] = (sub, placement, offset)
+        return cache[key]
+
     def _check_ownership(self, ctx, frag):
         """Every fragment element the loop touches must live in the thread that runs that iteration (checked by
         enumerating the static iteration space)."""
@@ -281,6 +331,17 @@ class ParallelOp(TileOp):
                 raise TileOpError(f"fragment '{buf.name}' used in T.Parallel{tuple(self.extents)} has no layout")
             if _same_vars(idx, self.vars) and lay.is_equal(frag):
                 continue
+            block = self._block_of(ctx, buf, idx)
+            if block is not None and block[0].is_equal(frag):
+                continue
+            free = sorted({str(n) for n in _vars_in(idx) if n not in set(self.vars)})
+            if free:
+                raise TileOpError(
+                    f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, "
+                    f"which depends on {', '.join(free)} from outside the loop; such an access must read a block "
+                    f"of the fragment: each index the loop's own variable (in loop order) plus a multiple of that "
+                    f"loop's extent, the extents dividing the fragment's shape {list(lay.input_shape)}, and the "
+                    f"fragment's layout {lay} repeating over those blocks in the same threads")
             if not _owned(frag, lay, idx, self.vars, self.extents):
                 raise TileOpError(
                     f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, but "
@@ -358,6 +419,13 @@ def _subset_of_vars(indices, vars_):
     return pos
 
 
+def _vars_in(exprs):
+    found = []
+    for e in exprs:
+        walk(e, (tvm.ir.Var, found.append))
+    return found
+
+
 def _owned(loop_frag, lay, idx, vars_, extents):
     """Whether, for every iteration, some replica of the accessed element lives in the iteration's thread."""
     grids = np.meshgrid(*[np.arange(e) for e in extents], indexing="ij")
@@ -383,9 +451,11 @@ def _phys(ctx, buf, idx, vars_, ix):
     return sub
 
 
-def _direct_fragment_access(body, frag, ix, l_flat, ctx):
+def _direct_fragment_access(body, frag, ix, l_flat, ctx, blocks=()):
     """Rewrite fragment accesses to per-thread local indices: `l_flat` for fragments laid out like the loop and
-    indexed by its own indices, the fragment's local offset otherwise (ownership was checked)."""
+    indexed by its own indices, the block's placement of `l_flat` plus its offset for `blocks` ((buffer, indices,
+    placement, offset): a block of a fragment whose sub-fragment is the loop's layout), the fragment's local offset
+    otherwise (ownership was checked)."""
     same_layout = {b for b in ctx.remap if is_fragment(b) and ctx.layout_map.get(b) is not None
                    and ctx.layout_map[b].is_equal(frag)}
 
@@ -395,6 +465,9 @@ def _direct_fragment_access(body, frag, ix, l_flat, ctx):
     def local(buf, idx):
         if buf in same_layout and same(idx):
             return l_flat
+        for b, at, placement, offset in blocks:
+            if b.same_as(buf) and tvm_ffi.structural_equal(list(idx), at):
+                return ctx.analyzer.simplify(placement.map([l_flat], ctx.analyzer)[0] + offset)
         return ctx.layout_map[buf].local_offset(idx, ctx.analyzer)
 
     def on_load(n):

@@ -223,6 +223,21 @@ def emit_by_fragment(ctx, frag, vector, make_body, name="i", bounds=None):
     return body
 
 
+def placed_vector_width(placement, vec):
+    """Largest v <= `vec` (halving) such that `placement` (a 1-d register Layout, Fragment.tile_of) maps every
+    aligned run of v registers onto v consecutive ones, so a vector access of a block stays one vector."""
+    import numpy as np
+
+    regs = np.asarray(placement.map_numpy(np.arange(placement.size))[0], dtype=np.int64).reshape(-1)
+    while vec > 1:
+        if placement.size % vec == 0:
+            runs = regs.reshape(-1, vec)
+            if (runs == runs[:, :1] + np.arange(vec)).all():
+                return vec
+        vec //= 2
+    return 1
+
+
 def fragment_vector_width(frag, max_vec, analyzer):
     """Largest v <= max_vec such that local indices l*v .. l*v+v-1 hold consecutive innermost logical elements."""
     inv = frag.inverse()
