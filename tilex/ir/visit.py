@@ -104,6 +104,13 @@ def substitute(node, mapping):
     return map_nodes(node, (tvm.ir.Var, f))
 
 
+def free_vars(expr) -> set:
+    """The vars `expr` uses."""
+    out = set()
+    walk(expr, (tvm.ir.Var, lambda v: out.add(v)))  # walk reads the callback's signature: no builtin
+    return out
+
+
 def row_major_offset(indices, shape):
     """The row-major linear offset of `indices` in an array of `shape`."""
     off = tirx.const(0, "int32")

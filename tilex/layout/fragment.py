@@ -200,26 +200,26 @@ class Fragment:
         grids = np.meshgrid(*[np.arange(s) for s in self.input_shape], indexing="ij")
         inner = [g % e for g, e in zip(grids, extents)]
         blocks = [g // e for g, e in zip(grids, extents)]
-        first = np.logical_and.reduce([b == 0 for b in blocks]) if self.ndim else np.ones((), bool)
+
+        def on_grid(fn, *args):
+            return [np.broadcast_to(np.asarray(x, dtype=np.int64), grids[0].shape) for x in fn(*args)]
+
         flat_fn = compile_numpy([self.forward_thread, flat], self._all_vars())
-        scales, counts = None, None
-        for rep in range(self._replicate):
-            thread, local = (np.broadcast_to(np.asarray(x, dtype=np.int64), grids[0].shape)
-                             for x in flat_fn(*grids, rep))
-            if scales is None:
-                scales, counts = _dense_registers(thread[first], local[first], self)
-                placement = _placement(scales, counts)
-                sub_index = _dense_index(flat, scales, counts)
-                sub = Fragment(extents, self.forward_thread, [sub_index], replicate=self._replicate)
-                s_thread_fn = compile_numpy([sub.forward_thread, sub.forward_index[0]], sub._all_vars())
-                expand = compile_numpy([placement.forward_index[0]], list(placement.vars))
-                strides = []
-            s_thread, s_local = (np.broadcast_to(np.asarray(x, dtype=np.int64), grids[0].shape)
-                                 for x in s_thread_fn(*inner, rep))
+        per_rep = [on_grid(flat_fn, *grids, rep) for rep in range(self._replicate)]
+        first = np.logical_and.reduce([b == 0 for b in blocks])
+        scales, counts = _dense_registers(per_rep[0][0][first], per_rep[0][1][first], self)
+        placement = _placement(scales, counts)
+        sub = Fragment(extents, self.forward_thread, [_dense_index(flat, scales, counts)], replicate=self._replicate)
+        sub_fn = compile_numpy([sub.forward_thread, sub.forward_index[0]], sub._all_vars())
+        expand = compile_numpy([placement.forward_index[0]], list(placement.vars))
+        strides = None
+        for rep, (thread, local) in enumerate(per_rep):
+            s_thread, s_local = on_grid(sub_fn, *inner, rep)
             if not np.array_equal(thread, s_thread):
                 raise LayoutError(f"{self}: blocks of {extents} live in different threads")
-            placed = np.broadcast_to(np.asarray(expand(s_local)[0], dtype=np.int64), grids[0].shape)
-            if not strides:
+            (placed,) = on_grid(expand, s_local)
+            if strides is None:
+                strides = []
                 for d in range(self.ndim):
                     probe = [0] * self.ndim
                     if self.input_shape[d] > extents[d]:

@@ -18,9 +18,9 @@ from tilex.layout import (LayoutError, make_swizzled_layout, make_wgmma_operand_
                           wgmma_swizzle_bytes)
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
-from tilex.op.partition import (access_vectorizable, analyzer_scope, coalesced_plan, emit_by_fragment,
-                                emit_by_plan, fragment_vector_width, pick_vector, placed_vector_width, static_shape,
-                                unflatten)
+from tilex.op.partition import (access_vectorizable, analyzer_scope, block_offset, coalesced_plan,
+                                emit_by_fragment, emit_by_plan, fragment_vector_width, pick_vector,
+                                placed_vector_width, static_shape, unflatten)
 from tilex.op.region import READ, WRITE, Region, to_region, tile_shape
 from tilex.op.registry import register_tile_op
 from tilex.op.tma_load import tma_box, tma_tile_eligible
@@ -303,22 +303,19 @@ class CopyOp(TileOp):
 
     def _fragment_block(self, ctx, frag):
         """(sub-fragment, block extents, register placement, register offset) of a source block of fragment layout
-        `frag` (extents
-        dividing the fragment's shape, starting at multiples of them): the fragment must repeat one sub-fragment
-        over its blocks (Fragment.tile_of)."""
+        `frag` (extents dividing the fragment's shape, starting at multiples of them): the fragment must repeat one
+        sub-fragment over its blocks (Fragment.tile_of)."""
         ext = [_int(e) for e in self.src.extents]
         try:
             sub, strides, placement = frag.tile_of(ext)
         except LayoutError as e:
             raise TileOpError(f"{self.describe()}: the fragment's layout does not split into blocks of {ext} "
                               f"({e})") from None
-        offset = 0
-        for m, e, st in zip(self.src.mins, ext, strides):
-            if not ctx.analyzer.can_prove_equal(tirx.floormod(m, e), 0):
-                raise TileOpError(f"{self.describe()}: a fragment block must start at a multiple of its extent "
-                                  f"{e}, got {m}")
-            offset = offset + tirx.floordiv(m, e) * st
-        return sub, ext, placement, ctx.analyzer.simplify(offset)
+        try:
+            offset = block_offset(self.src.mins, ext, strides, ctx.analyzer)
+        except ValueError as e:
+            raise TileOpError(f"{self.describe()}: {e}") from None
+        return sub, ext, placement, offset
 
     def _ldmatrix_ok(self, ctx, frag):
         """Whether shared -> fragment can be ``ldmatrix.x4``: a 16-bit 2-d tile whose fragment gives every thread

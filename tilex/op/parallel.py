@@ -6,14 +6,14 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, map_nodes, seq, seq_items, substitute,
-                            walk)
+from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, free_vars, map_nodes, seq, seq_items,
+                            substitute, walk)
 from tilex.layout import LayoutError, compile_numpy
 from tilex.layout.project import project
 from tilex.op.int_cast import fast_int_casts
 from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
                            is_shared)
-from tilex.op.partition import (access_vectorizable, coalesced_plan, emit_by_fragment, emit_by_plan,
+from tilex.op.partition import (access_vectorizable, block_offset, coalesced_plan, emit_by_fragment, emit_by_plan,
                                 fragment_vector_width, load_vectorizable, pick_vector, placed_vector_width,
                                 prefetch_loads, static_shape)
 
@@ -153,6 +153,7 @@ class ParallelOp(TileOp):
         self.extents = static_shape(extents, "T.Parallel")
         self.accesses = buffer_accesses(self.body)
         self.loop_layout = None
+        self._blocks = {}  # (buffer, indices) -> _block_of's answer
 
     def buffers(self):
         return list({b: None for b, _, _ in self.accesses})
@@ -292,35 +293,29 @@ class ParallelOp(TileOp):
         return 1
 
     def _block_of(self, ctx, buf, idx):
-        """(sub-fragment, register placement, register offset) when ``buf[idx]`` reads a block of fragment `buf` (which has a layout):
-        indices ``m_d + v_d`` over the loop variables in order, the loop's extents dividing the fragment's shape and
-        each ``m_d`` -- free of the loop variables, e.g. ``c * 32`` for an enclosing ``c`` -- a multiple of its
-        extent, with the fragment repeating one sub-fragment over such blocks (Fragment.tile_of); else None."""
+        """(sub-fragment, register placement, register offset) when ``buf[idx]`` reads a block of fragment `buf`
+        (which has a layout): indices ``m_d + v_d`` over the loop variables in order, the loop's extents dividing
+        the fragment's shape and each ``m_d`` -- free of the loop variables, e.g. ``c * 32`` for an enclosing ``c``
+        -- a multiple of its extent, with the fragment repeating one sub-fragment over such blocks
+        (Fragment.tile_of); else None."""
         lay = ctx.layout_map.get(buf)
         if lay is None or len(idx) != len(self.vars) or len(lay.input_shape) != len(self.extents):
             return None
         key = (buf, tuple(idx))
-        cache = self.__dict__.setdefault("_blocks", {})
-        if key in cache:
-            return cache[key]
-        cache[key] = None
-        loop_vars = set(self.vars)
-        mins = []
-        for e, v, ext, size in zip(idx, self.vars, self.extents, lay.input_shape):
-            m = ctx.analyzer.simplify(e - v)
-            used = []
-            walk(m, (tvm.ir.Var, lambda n: used.append(n) if n in loop_vars else None))
-            if used or size % ext or not ctx.analyzer.can_prove_equal(tirx.floormod(m, ext), 0):
-                return None
-            mins.append(m)
+        if key not in self._blocks:
+            self._blocks[key] = self._find_block(ctx, lay, idx)
+        return self._blocks[key]
+
+    def _find_block(self, ctx, lay, idx):
+        mins = [ctx.analyzer.simplify(e - v) for e, v in zip(idx, self.vars)]
+        if any(free_vars(m) & set(self.vars) for m in mins) or any(
+                size % ext for size, ext in zip(lay.input_shape, self.extents)):
+            return None
         try:
             sub, strides, placement = lay.tile_of(self.extents)
-        except LayoutError:
+            return sub, placement, block_offset(mins, self.extents, strides, ctx.analyzer)
+        except (LayoutError, ValueError):
             return None
-        offset = ctx.analyzer.simplify(sum((tirx.floordiv(m, ext) * st for m, ext, st
-                                            in zip(mins, self.extents, strides)), tirx.IntImm("int32", 0)))
-        cache[key] = (sub, placement, offset)
-        return cache[key]
 
     def _check_ownership(self, ctx, frag):
         """Every fragment element the loop touches must live in the thread that runs that iteration (checked by
@@ -334,7 +329,7 @@ class ParallelOp(TileOp):
             block = self._block_of(ctx, buf, idx)
             if block is not None and block[0].is_equal(frag):
                 continue
-            free = sorted({str(n) for n in _vars_in(idx) if n not in set(self.vars)})
+            free = sorted({str(n) for e in idx for n in free_vars(e) - set(self.vars)})
             if free:
                 raise TileOpError(
                     f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, "
@@ -417,13 +412,6 @@ def _subset_of_vars(indices, vars_):
     if pos != sorted(set(pos)) or len(pos) == len(vars_):
         return None
     return pos
-
-
-def _vars_in(exprs):
-    found = []
-    for e in exprs:
-        walk(e, (tvm.ir.Var, found.append))
-    return found
 
 
 def _owned(loop_frag, lay, idx, vars_, extents):

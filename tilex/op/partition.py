@@ -223,6 +223,18 @@ def emit_by_fragment(ctx, frag, vector, make_body, name="i", bounds=None):
     return body
 
 
+def block_offset(mins, extents, strides, analyzer):
+    """Register offset ``sum_d (mins[d] // extents[d]) * strides[d]`` of the fragment block that starts at `mins`
+    (`strides` from Fragment.tile_of); raises ValueError naming the first start not provably a multiple of its
+    extent."""
+    offset = 0
+    for m, e, st in zip(mins, extents, strides):
+        if not analyzer.can_prove_equal(tirx.floormod(m, e), 0):
+            raise ValueError(f"a fragment block must start at a multiple of its extent {e}, got {m}")
+        offset = offset + tirx.floordiv(m, e) * st
+    return analyzer.simplify(offset)
+
+
 def placed_vector_width(placement, vec):
     """Largest v <= `vec` (halving) such that `placement` (a 1-d register Layout, Fragment.tile_of) maps every
     aligned run of v registers onto v consecutive ones, so a vector access of a block stays one vector."""

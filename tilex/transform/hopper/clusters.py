@@ -24,22 +24,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm
 from tvm import tirx
 
 from tilex import config
 from tilex.ir import intrin
-from tilex.ir.visit import is_sync, map_nodes, seq_items, walk
+from tilex.ir.visit import free_vars, is_sync, map_nodes, seq_items, walk
 from tilex.transform.hopper.roles import is_role_split
 from tilex.transform.kernel_scope import outer_launch_chain
 from tilex.transform.thread_block_swizzle import find_markers
-
-
-def free_vars(expr):
-    """The vars `expr` uses."""
-    out = set()
-    walk(expr, (tvm.ir.Var, lambda v: out.add(v)))
-    return out
 
 
 def launch_tags(chain):

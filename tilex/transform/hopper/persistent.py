@@ -38,7 +38,7 @@ from tilex import config, env
 from tilex.ir import intrin
 from tilex.ir.hardware import CLUSTERS, TMA_MULTICAST, num_sms, supports
 from tilex.ir.names import WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO
-from tilex.ir.visit import map_nodes, seq_items, substitute, walk
+from tilex.ir.visit import free_vars, map_nodes, seq_items, substitute, walk
 from tilex.transform.hopper import clusters
 from tilex.transform.hopper.roles import is_role_split
 from tilex.transform.hopper.stream_k import StreamKPlan, Workers, segment_loop, stream_k_plan
@@ -139,7 +139,7 @@ def _plan(func, attrs, target):
         else:
             extents[tag] = 1
     block_vars = {tags[t].node.var for t in ("blockIdx.x", "blockIdx.y") if t in tags}
-    if any(clusters.free_vars(a.value) & block_vars for a in attrs):
+    if any(free_vars(a.value) & block_vars for a in attrs):
         return None
     sms = int(config.get("num_sms", 0) or num_sms(_arch(target)))
     slots = sms * _blocks_per_sm(func.body)
@@ -175,7 +175,7 @@ def _tile_groups(gy, size):
 
 def _symbolic_rows_ok(extent) -> bool:
     """A symbolic grid height persistence can take: one that only kernel parameters (sizes) determine."""
-    return not any(v.name.startswith(("blockIdx", "threadIdx")) for v in clusters.free_vars(extent))
+    return not any(v.name.startswith(("blockIdx", "threadIdx")) for v in free_vars(extent))
 
 
 def _is_reg_alloc(stmt):
