@@ -105,18 +105,7 @@ class JITKernel:
 
         if not isinstance(func, tvm.tirx.PrimFunc):
             raise TypeError(f"tilex.compile expects a tvm.tirx.PrimFunc, got {type(func).__name__}")
-        self.func = func
-        self.target = env.resolve_target(target)
-        self.pass_configs = dict(pass_configs or {})
-        self._checker = ArgChecker(func, out_idx)
-        self.out_idx = self._checker.out_idx
-        self.params = self._checker.params
-        self.executable = None
-        self.from_cache = False
-        self.cache_key = None
-        self.cache_path = None
-        self.resources = None
-        self._source = ""
+        self._init_args(func, out_idx, target, pass_configs)
 
         use_cache = _cache.enabled()
         entry = None
@@ -127,6 +116,7 @@ class JITKernel:
             self.module = entry.module
             self._source = entry.source
             self.from_cache = True
+            self.has_binary = True
             self.cache_path = entry.path
             res = entry.meta.get("resources")
             self.resources = KernelResources.from_json(res) if res is not None else None
@@ -137,6 +127,7 @@ class JITKernel:
             self.module = ex.mod if hasattr(ex, "mod") else ex
             self._source = _cuda_source(self.module)
             if runs:  # GPU machine: TVM ran nvcc through tvm_callback_cuda_compile, the module holds the cubin
+                self.has_binary = True
                 self.resources = _resources_of(runs)
                 if use_cache:
                     self.cache_path = _cache.save(self.cache_key, ex, self._source, {
@@ -148,10 +139,42 @@ class JITKernel:
                 self.resources = self._compile_source_only(use_cache)
                 if use_cache:
                     _cache.stats["skipped"] += 1
-        self._symbol = self._checker.func_name
         warn_spills(self.resources, self._checker.func_name, stacklevel=3)
+        self._ready()
+
+    def _init_args(self, func, out_idx, target, pass_configs):
+        self.func = func
+        self.target = env.resolve_target(target)
+        self.pass_configs = dict(pass_configs or {})
+        self._checker = ArgChecker(func, out_idx)
+        self.out_idx = self._checker.out_idx
+        self.params = self._checker.params
+        self.executable = None
+        self.from_cache = False
+        self.has_binary = False  # the module holds a cubin (not only CUDA source): it can be exported
+        self.cache_key = None
+        self.cache_path = None
+        self.resources = None
+        self._source = ""
+
+    def _ready(self):
+        self._symbol = self._checker.func_name
         self._fn = None
         self._call = self._first_call
+
+    @classmethod
+    def from_module(cls, func, out_idx, target, module, source="", resources=None, path=None) -> "JITKernel":
+        """A kernel over an already built runtime `module` (:func:`tilex.load`): `func` only gives the
+        parameters its calls are checked against; nothing is compiled."""
+        self = cls.__new__(cls)
+        self._init_args(func, out_idx, target, None)
+        self.module = module
+        self._source = source
+        self.resources = resources
+        self.has_binary = True
+        self.cache_path = path
+        self._ready()
+        return self
 
     def _compile_source_only(self, use_cache: bool) -> KernelResources | None:
         """Run nvcc on the generated CUDA source of a source-only module (a machine without a GPU). Its report
@@ -255,6 +278,22 @@ class JITKernel:
         else:
             self.module.export_library(path)
         return path
+
+    def export(self, path) -> str:
+        """Write this kernel to the directory `path` for :func:`tilex.load` in another process (no nvcc, no
+        cache, no program needed there): the library with the cubin, the CUDA source and the argument metadata
+        (:mod:`tilex.jit.export`). Raises ``ExportError`` for a kernel built without a GPU (no cubin)."""
+        from tilex.jit import export as _export
+
+        return _export.export(self, path)
+
+    def to_torch_op(self, name: str, mutates_args=None):
+        """This kernel as a PyTorch custom operator ``tilex::<name>`` (``torch.library.custom_op``) with a fake
+        implementation from its output shapes, so ``torch.compile(fullgraph=True)`` traces through it and CUDA
+        graphs capture it (:mod:`tilex.jit.torch_op`)."""
+        from tilex.jit import torch_op
+
+        return torch_op.custom_op(self, name, mutates_args=mutates_args)
 
     @property
     def symbol(self) -> str:

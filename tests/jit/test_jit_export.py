@@ -1,0 +1,67 @@
+"""AOT export (tilex.jit.export): the argument metadata round trip and the refusals, on any machine."""
+import json
+import os
+
+import pytest
+
+import tilex
+from tilex.jit import export
+from tilex.jit.args import ArgChecker
+
+import jit_kernels
+import op_programs
+
+
+def _specs(checker):
+    return [(s.index, s.name, s.kind, s.dtype, s.torch_dtype, s.shape, s.strides, s.is_output)
+            for s in checker.params]
+
+
+@pytest.mark.parametrize("make, out_idx", [
+    (lambda: jit_kernels.vec_add(256), -1),
+    (jit_kernels.scale_sym, 1),
+    (jit_kernels.mixed, -2),
+    (jit_kernels.strided, None),
+    (op_programs.scale_rows, -1),
+    (op_programs.add_into, None),
+])
+def test_parameters_survive_the_round_trip(make, out_idx):
+    original = ArgChecker(make(), out_idx)
+    meta = json.loads(json.dumps(export.params_json(original)))  # what kernel.json holds
+    again = ArgChecker(export.stand_in_func(meta), meta["out_idx"])
+    assert _specs(again) == _specs(original)
+    assert again.func_name == original.func_name
+
+
+def test_the_stand_in_checks_calls_like_the_original():
+    torch = pytest.importorskip("torch")
+    original = ArgChecker(jit_kernels.mixed(), 2)
+    again = ArgChecker(export.stand_in_func(export.params_json(original)), 2)
+    a = torch.zeros(5, 7, dtype=torch.float16)
+    w = torch.zeros(7, 64, dtype=torch.bfloat16)
+    bad_w = torch.zeros(6, 64, dtype=torch.bfloat16)
+    messages = []
+    for checker in (original, again):
+        for args in ([a, w, 7], [a, bad_w, 7], [a.float(), w, 7]):
+            with pytest.raises((TypeError, ValueError)) as e:  # CPU tensors: refused last, for the device
+                checker.prepare(args)
+            messages.append(str(e.value))
+    assert messages[:3] == messages[3:]
+    assert "CUDA" in messages[0] and "'W'" in messages[1] and "'A'" in messages[2]
+
+
+def test_a_kernel_without_a_binary_is_refused(tmp_path):
+    k = tilex.compile(op_programs.scale_rows(), out_idx=-1, target="sm_90a")
+    if k.has_binary:
+        pytest.skip("built on a GPU machine: the module holds a cubin (the GPU tests export it)")
+    with pytest.raises(tilex.ExportError, match="no compiled binary"):
+        k.export(tmp_path / "k")
+    assert not (tmp_path / "k").exists()
+
+
+def test_loading_refuses_what_is_not_an_export(tmp_path):
+    with pytest.raises(tilex.ExportError, match="not an exported kernel"):
+        tilex.load(tmp_path)
+    (tmp_path / export.META_NAME).write_text(json.dumps({"format": 999}))
+    with pytest.raises(tilex.ExportError, match="format 999"):
+        tilex.load(tmp_path)

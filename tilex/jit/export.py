@@ -1,0 +1,150 @@
+"""Ahead-of-time export of a compiled kernel, and loading it back without compiling.
+
+``JITKernel.export(path)`` writes a directory: ``kernel.so`` (TVM's host code with the CUDA module, whose cubin
+is inside when the kernel was built on a GPU machine or loaded from the kernel cache), ``kernel.cu`` (the CUDA
+source, for reading) and ``kernel.json`` (what a call needs to be checked: each parameter's name, dtype, shape
+with its symbolic sizes, strides, which parameters are outputs; the target, ptxas's resource report and the
+versions it was built with). :func:`load` turns such a directory into a :class:`~tilex.jit.kernel.JITKernel`
+whose calls are checked exactly as the original's, in a process with no nvcc and an empty kernel cache.
+
+The parameters travel as JSON, not as TVM IR: a stand-in PrimFunc with the same parameters and an empty body
+is rebuilt from them (the program itself is not needed to call the library).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+__all__ = ["export", "load", "ExportError", "FORMAT"]
+
+FORMAT = 1
+LIB_NAME = "kernel.so"
+SRC_NAME = "kernel.cu"
+META_NAME = "kernel.json"
+
+
+class ExportError(RuntimeError):
+    """A kernel cannot be exported, or an exported directory cannot be loaded."""
+
+
+def _dims_json(checker, dims):
+    if dims is None:
+        return None
+    out = []
+    for d in dims:
+        if d is None:
+            out.append(None)
+        elif isinstance(d, tuple):
+            out.append({"sym": d[1]})
+        else:
+            out.append(int(d))
+    return out
+
+
+def params_json(checker) -> dict:
+    """The parameters of `checker` (an :class:`~tilex.jit.args.ArgChecker`) as JSON: symbolic sizes by slot
+    (name and dtype), then each parameter."""
+    slots = [{"name": v.name, "dtype": str(v.ty.dtype)} for v in checker._slots]
+    params = []
+    for s in checker.params:
+        entry = {"name": s.name, "kind": s.kind, "dtype": s.dtype}
+        if s.kind == "buffer":
+            entry["shape"] = _dims_json(checker, s.shape)
+            entry["strides"] = _dims_json(checker, s.strides)
+        else:
+            entry["slot"] = s.shape[0][1]
+        params.append(entry)
+    return {"slots": slots, "params": params, "out_idx": list(checker.out_idx), "symbol": checker.func_name}
+
+
+def stand_in_func(meta: dict):
+    """A PrimFunc with the parameters `meta` (:func:`params_json`) describes and an empty body."""
+    from tvm import tirx
+
+    slots = [tirx.Var(s["name"], s["dtype"]) for s in meta["slots"]]
+    fresh = 0
+
+    def dims(ds):
+        nonlocal fresh
+        out = []
+        for d in ds:
+            if d is None:  # an expression of the original program: unchecked here, as there
+                fresh += 1
+                out.append(tirx.Var(f"_expr{fresh}", "int64"))
+            elif isinstance(d, dict):
+                out.append(slots[d["sym"]])
+            else:
+                out.append(int(d))
+        return out
+
+    params = []
+    for p in meta["params"]:
+        if p["kind"] == "buffer":
+            strides = dims(p["strides"]) if p.get("strides") else None
+            params.append(tirx.decl_buffer(dims(p["shape"]), p["dtype"], p["name"], strides=strides))
+        else:
+            params.append(slots[p["slot"]])
+    return tirx.PrimFunc(params, tirx.Evaluate(0)).with_attr("global_symbol", meta["symbol"])
+
+
+def export(kernel, path) -> str:
+    """Write `kernel` (a JITKernel) to the directory `path` (created or replaced); returns the path."""
+    import tvm
+
+    if not kernel.has_binary:
+        raise ExportError(
+            "kernel.export: this kernel has no compiled binary to export. It was built on a machine without a "
+            "GPU, where TVM's CUDA module holds only the CUDA source; compile it on a GPU machine (or load it "
+            "from a kernel cache written there) and export it there")
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tilex-export-", dir=parent)
+    try:
+        kernel.export_library(os.path.join(tmp, LIB_NAME))
+        with open(os.path.join(tmp, SRC_NAME), "w") as f:
+            f.write(kernel.get_kernel_source() or "")
+        meta = dict(params_json(kernel._checker), format=FORMAT, target=str(kernel.target),
+                    tilex=sys.modules["tilex"].__version__, tvm=tvm.__version__,
+                    resources=kernel.resources.to_json() if kernel.resources is not None else None)
+        with open(os.path.join(tmp, META_NAME), "w") as f:
+            json.dump(meta, f, indent=1)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.rename(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def load(path):
+    """The JITKernel exported to the directory `path` by ``JITKernel.export``. Needs TVM's CUDA runtime and a
+    GPU to call it; no nvcc, no kernel cache, no tilex program."""
+    import tvm
+
+    from tilex.jit.kernel import JITKernel
+    from tilex.jit.resources import KernelResources
+
+    path = os.path.abspath(os.fspath(path))
+    meta_path = os.path.join(path, META_NAME)
+    if not os.path.isfile(meta_path):
+        raise ExportError(f"tilex.load: {path} is not an exported kernel (no {META_NAME}; write one with "
+                          "kernel.export(path))")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    if meta.get("format") != FORMAT:
+        raise ExportError(f"tilex.load: {path} has export format {meta.get('format')!r}; this tilex reads "
+                          f"format {FORMAT}")
+    if meta.get("tvm") != tvm.__version__:
+        raise ExportError(f"tilex.load: {path} was built with TVM {meta.get('tvm')}, this process has TVM "
+                          f"{tvm.__version__}; export it again with this version")
+    module = tvm.runtime.load_module(os.path.join(path, LIB_NAME))
+    src_path = os.path.join(path, SRC_NAME)
+    source = open(src_path).read() if os.path.isfile(src_path) else ""
+    res = meta.get("resources")
+    return JITKernel.from_module(stand_in_func(meta), meta["out_idx"], meta["target"], module, source,
+                                 KernelResources.from_json(res) if res is not None else None, path)
