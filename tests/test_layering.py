@@ -27,6 +27,7 @@ LAYERS = {  # package -> rank (higher may import lower)
     "autotuner": 7,
     "kernels": 8,
     "ops": 9,
+    "relax": 10,
 }
 
 

@@ -4,8 +4,9 @@
 is inside when the kernel was built on a GPU machine or loaded from the kernel cache), ``kernel.cu`` (the CUDA
 source, for reading) and ``kernel.json`` (what a call needs to be checked: each parameter's name, dtype, shape
 with its symbolic sizes, strides, which parameters are outputs; the target, ptxas's resource report and the
-versions it was built with). :func:`load` turns such a directory into a :class:`~tilex.jit.kernel.JITKernel`
-whose calls are checked exactly as the original's, in a process with no nvcc and an empty kernel cache.
+versions it was built with). ``tilex.load`` (:func:`tilex.jit.kernel.load`, over :func:`read`) turns such a
+directory into a JITKernel whose calls are checked exactly as the original's, in a process with no nvcc and an
+empty kernel cache.
 
 The parameters travel as JSON, not as TVM IR: a stand-in PrimFunc with the same parameters and an empty body
 is rebuilt from them (the program itself is not needed to call the library).
@@ -18,7 +19,7 @@ import shutil
 import sys
 import tempfile
 
-__all__ = ["export", "load", "ExportError", "FORMAT"]
+__all__ = ["export", "read", "params_json", "stand_in_func", "ExportError", "FORMAT"]
 
 FORMAT = 1
 LIB_NAME = "kernel.so"
@@ -121,13 +122,10 @@ def export(kernel, path) -> str:
     return path
 
 
-def load(path):
-    """The JITKernel exported to the directory `path` by ``JITKernel.export``. Needs TVM's CUDA runtime and a
-    GPU to call it; no nvcc, no kernel cache, no tilex program."""
+def read(path) -> dict:
+    """The metadata of the exported directory `path` (checked: an export of this format, built with this TVM), with
+    ``"lib"`` and ``"source"`` added (the library's path, the CUDA source)."""
     import tvm
-
-    from tilex.jit.kernel import JITKernel
-    from tilex.jit.resources import KernelResources
 
     path = os.path.abspath(os.fspath(path))
     meta_path = os.path.join(path, META_NAME)
@@ -142,9 +140,7 @@ def load(path):
     if meta.get("tvm") != tvm.__version__:
         raise ExportError(f"tilex.load: {path} was built with TVM {meta.get('tvm')}, this process has TVM "
                           f"{tvm.__version__}; export it again with this version")
-    module = tvm.runtime.load_module(os.path.join(path, LIB_NAME))
     src_path = os.path.join(path, SRC_NAME)
-    source = open(src_path).read() if os.path.isfile(src_path) else ""
-    res = meta.get("resources")
-    return JITKernel.from_module(stand_in_func(meta), meta["out_idx"], meta["target"], module, source,
-                                 KernelResources.from_json(res) if res is not None else None, path)
+    meta["source"] = open(src_path).read() if os.path.isfile(src_path) else ""
+    meta["lib"] = os.path.join(path, LIB_NAME)
+    return meta

@@ -10,11 +10,13 @@ import warnings
 from tilex import engine, env
 from tilex.engine import nvcc as _nvcc
 from tilex.jit import cache as _cache
+from tilex.jit import export as _export
+from tilex.jit import torch_op as _torch_op
 from tilex.jit.args import ArgChecker
 from tilex.jit.profiler import Profiler
 from tilex.jit.resources import KernelResources, parse_ptxas, warn_spills
 
-__all__ = ["JITKernel", "compile"]
+__all__ = ["JITKernel", "compile", "load"]
 
 logger = logging.getLogger("tilex.jit")
 
@@ -100,14 +102,14 @@ class JITKernel:
     shared library for ``tvm.runtime.load_module``.
     """
 
-    def __init__(self, func, out_idx=None, target="auto", pass_configs=None):
+    def __init__(self, func, out_idx=None, target="auto", pass_configs=None, cache=None):
         import tvm
 
         if not isinstance(func, tvm.tirx.PrimFunc):
             raise TypeError(f"tilex.compile expects a tvm.tirx.PrimFunc, got {type(func).__name__}")
         self._init_args(func, out_idx, target, pass_configs)
 
-        use_cache = _cache.enabled()
+        use_cache = _cache.enabled() if cache is None else bool(cache) and _cache.enabled()
         entry = None
         if use_cache:
             self.cache_key = _cache.make_key(func, self.out_idx, self.target, self.pass_configs)
@@ -283,17 +285,13 @@ class JITKernel:
         """Write this kernel to the directory `path` for :func:`tilex.load` in another process (no nvcc, no
         cache, no program needed there): the library with the cubin, the CUDA source and the argument metadata
         (:mod:`tilex.jit.export`). Raises ``ExportError`` for a kernel built without a GPU (no cubin)."""
-        from tilex.jit import export as _export
-
         return _export.export(self, path)
 
     def to_torch_op(self, name: str, mutates_args=None):
         """This kernel as a PyTorch custom operator ``tilex::<name>`` (``torch.library.custom_op``) with a fake
         implementation from its output shapes, so ``torch.compile(fullgraph=True)`` traces through it and CUDA
         graphs capture it (:mod:`tilex.jit.torch_op`)."""
-        from tilex.jit import torch_op
-
-        return torch_op.custom_op(self, name, mutates_args=mutates_args)
+        return _torch_op.custom_op(self, name, mutates_args=mutates_args)
 
     @property
     def symbol(self) -> str:
@@ -306,7 +304,7 @@ class JITKernel:
         return f"<tilex.JITKernel {self._symbol}({ins}) -> ({outs}) on {arch}{' [cached]' if self.from_cache else ''}>"
 
 
-def compile(func, out_idx=None, target="auto", pass_configs=None) -> JITKernel:  # noqa: A001
+def compile(func, out_idx=None, target="auto", pass_configs=None, cache=None) -> JITKernel:  # noqa: A001
     """Compile a tilex/TIR ``PrimFunc`` into a :class:`JITKernel`.
 
     Args:
@@ -316,5 +314,19 @@ def compile(func, out_idx=None, target="auto", pass_configs=None) -> JITKernel: 
         target: ``"auto"`` (current GPU; ``sm_90a`` without a GPU), an arch string like ``"sm_90a"``,
             a dict, or a ``tvm.target.Target``.
         pass_configs: dict of PassContext options for tilex's pipeline.
+        cache: False to neither read nor write the kernel cache for this kernel (None: the process setting).
     """
-    return JITKernel(func, out_idx=out_idx, target=target, pass_configs=pass_configs)
+    return JITKernel(func, out_idx=out_idx, target=target, pass_configs=pass_configs, cache=cache)
+
+
+def load(path) -> JITKernel:
+    """The kernel ``JITKernel.export`` wrote to the directory `path`, ready to call: needs TVM's CUDA runtime and a
+    GPU, not nvcc, the kernel cache or the tile program (:mod:`tilex.jit.export`)."""
+    import tvm
+
+    meta = _export.read(path)
+    module = tvm.runtime.load_module(meta["lib"])
+    res = meta.get("resources")
+    return JITKernel.from_module(_export.stand_in_func(meta), meta["out_idx"], meta["target"], module,
+                                 meta["source"], KernelResources.from_json(res) if res is not None else None,
+                                 os.path.dirname(meta["lib"]))

@@ -16,6 +16,9 @@ from tilex.jit.args import first_bindings
 
 __all__ = ["custom_op", "schema_of"]
 
+#: the torch.library namespace of the operators (``torch.ops.tilex.<name>``)
+NAMESPACE = "tilex"
+
 _lock = threading.Lock()
 _registered: dict = {}  # qualified name -> (kernel, op)
 
@@ -87,7 +90,7 @@ def custom_op(kernel, name: str, mutates_args=None):
     the same name again returns the same operator; another kernel under a taken name is refused."""
     import torch
 
-    qualname = name if "::" in name else f"tilex::{name}"
+    qualname = name if "::" in name else f"{NAMESPACE}::{name}"
     with _lock:
         hit = _registered.get(qualname)
         if hit is not None:

@@ -74,30 +74,37 @@ def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, spli
 
 
 def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dtype="float16", accum="float32",
-                   stage_c=False, m_major=False, c_rows=0):
+                   stage_c=False, m_major=False, c_rows=0, trans_b=False):
     """C = A @ B with each block computing the transposed tile C^T = B^T A^T: N fills the 64-row side of the
     tensor-core instruction and A's rows its N side, which takes any multiple of 8. For skinny A (16 or 32 rows
     instead of a tile padded to 64), and for row-block heights (88, 136, 160, ...) that fit M into whole waves
     (benchmarks/bench_dynamic.py). `m_major` puts the row blocks of A on the grid's x axis (clusters along x then
     share one tile of B). `stage_c` writes C through a shared tile (one TMA store per tile on sm90); `c_rows` > 0
     (with `stage_c`) stages it in blocks of that many rows of C (columns of the C^T tile: each thread holds a share
-    of every block) through a smaller shared tile, leaving shared memory to the pipeline."""
+    of every block) through a smaller shared tile, leaving shared memory to the pipeline. `trans_b`: B is given
+    as (N, K) (a linear layer's weight), which is the K-major operand the instruction reads directly."""
     cm = c_rows if stage_c and 0 < c_rows < bm else bm
+    b_shape = (N, K) if trans_b else (K, N)
+    bs_shape = (bn, bk) if trans_b else (bk, bn)
     grid = (T.ceildiv(M, bm), T.ceildiv(N, bn)) if m_major else (T.ceildiv(N, bn), T.ceildiv(M, bm))
 
     @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
         with T.Kernel(grid[0], grid[1], threads=threads) as (b0, b1):
             bx = b1 if m_major else b0
             by = b0 if m_major else b1
             A_s = T.alloc_shared((bm, bk), dtype)
-            B_s = T.alloc_shared((bk, bn), dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
             Ct_l = T.alloc_fragment((bn, bm), accum)
             T.clear(Ct_l)
             for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
                 T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[k * bk, bx * bn], B_s)
-                T.gemm(B_s, A_s, Ct_l, transpose_A=True, transpose_B=True)  # (B_s)^T @ (A_s)^T
+                if trans_b:
+                    T.copy(B[bx * bn, k * bk], B_s)
+                else:
+                    T.copy(B[k * bk, bx * bn], B_s)
+                # C^T tile = (B_s)^T @ (A_s)^T, B_s already (bn, bk) when B is given transposed
+                T.gemm(B_s, A_s, Ct_l, transpose_A=not trans_b, transpose_B=True)
             if stage_c and cm < bm:
                 C_s = T.alloc_shared((cm, bn), dtype)
                 for c in T.unroll(bm // cm):

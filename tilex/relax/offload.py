@@ -1,0 +1,195 @@
+"""OffloadToTilex: Relax operators that tilex has a kernel for become calls of tilex kernels.
+
+Consumes: a Relax IRModule (after import: ``from_exported_program`` or ``relax.frontend.nn``), before legalization.
+Produces: the same module where each matched operator is a ``call_dps_packed`` of a tilex kernel (compiled for
+the call's static sizes; the rows of a matrix operand may be symbolic), the kernels' runtime modules in
+``external_mods``; every other operator is left to TVM's pipeline (``tvm.compile`` legalizes and schedules it).
+
+Patterns (fp16 / bf16, static trailing sizes):
+
+* ``matmul(x, w)`` and ``matmul(x, permute_dims(w))`` with a 2-d weight (a linear layer's ``(N, K)`` weight is read
+  in place, not transposed): rows of ``x`` (all leading axes, flattened) small and static take the swap-AB
+  program, others the warp-specialized tile program;
+* ``nn.rms_norm(x, w)`` over the last axis; ``nn.softmax(x)`` over the last axis.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax, tirx
+from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+from tilex import env
+from tilex.kernels.gemm import matmul, matmul_swap_ab
+from tilex.kernels.norms import rmsnorm_kernel
+from tilex.kernels.softmax import softmax_kernel
+from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
+
+__all__ = ["offload", "OffloadToTilex", "OPS"]
+
+OPS = ("matmul", "rms_norm", "softmax")
+_FLOAT = ("float16", "bfloat16")
+SWAP_AB_ROWS = 64  # static row counts up to this take the swap-AB program
+
+
+def _static(e):
+    return int(e) if isinstance(e, tirx.IntImm) else None
+
+
+def _shape(ty):
+    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
+        return None
+    return list(ty.shape.values)
+
+
+def _rows(dims):
+    """The product of all but the last axis: an int when static, else a PrimExpr."""
+    if all(_static(d) is not None for d in dims[:-1]):
+        m = 1
+        for d in dims[:-1]:
+            m *= _static(d)
+        return m
+    m = dims[0]
+    for d in dims[1:-1]:
+        m = m * d
+    return m
+
+
+class _Offloader:
+    def __init__(self, target, ops):
+        self.target = target
+        self.ops = set(ops)
+        self.kernels = {}  # (op, sizes) -> JITKernel
+
+    def kernel(self, key, make, name, out_idx=-1):
+        k = self.kernels.get(key)
+        if k is None:
+            k = self.kernels[key] = compile_extern(make(), name, out_idx=out_idx, target=self.target)
+        return k
+
+    # -- matmul
+    def gemm(self, x, w, transposed, call):
+        xd, wd = _shape(x.ty), _shape(w.ty)
+        if xd is None or wd is None or len(wd) != 2 or len(xd) < 2:
+            return call
+        dtype = x.ty.dtype
+        if dtype not in _FLOAT or w.ty.dtype != dtype or call.ty.dtype != dtype:
+            return call
+        n, k = (_static(wd[0]), _static(wd[1])) if transposed else (_static(wd[1]), _static(wd[0]))
+        if n is None or k is None or _static(xd[-1]) != k or n % 8 or k % 8:
+            return call
+        m = _rows(xd)
+        static_m = m if isinstance(m, int) else None
+        if static_m is not None and static_m <= SWAP_AB_ROWS:
+            bm, bn, bk, st = (16, 64, 128, 8) if static_m <= 16 else (64, 128, 64, 8)
+            key = ("gemm_swap", static_m, n, k, dtype, transposed)
+            kern = self.kernel(key, lambda: matmul_swap_ab(static_m, n, k, bm, bn, bk, st, 128, dtype=dtype,
+                                                           trans_b=transposed), "gemm")
+        else:
+            rows = static_m if static_m is not None else tvm.tirx.Var("m", "int32")
+            big = n % 256 == 0
+            key = ("gemm", static_m, n, k, dtype, transposed)
+            kern = self.kernel(key, lambda: matmul(
+                rows, n, k, 128, 256 if big else 128, 64, 3 if big else 4, 256 if big else 128, dtype=dtype,
+                trans_b=transposed, stage_c=True), "gemm")
+        a = x if len(xd) == 2 else relax.op.reshape(x, relax.ShapeExpr([m, k]))
+        a_ty = relax.TensorType([m, k], dtype)
+        out = call_kernel(kern, [a, w], [a_ty, w.ty])
+        if len(xd) == 2:
+            return out
+        return relax.op.reshape(out, relax.ShapeExpr(list(xd[:-1]) + [n]))
+
+    # -- row-wise operators over the last axis
+    def rowwise(self, op, x, extra, call, make):
+        xd = _shape(x.ty)
+        if xd is None or x.ty.dtype not in _FLOAT or call.ty.dtype != x.ty.dtype:
+            return call
+        n = _static(xd[-1])
+        if n is None:
+            return call
+        m = _rows(xd)
+        rows = m if isinstance(m, int) else tvm.tirx.Var("m", "int32")
+        kern = self.kernel((op, m if isinstance(m, int) else None, n, x.ty.dtype) + extra,
+                           lambda: make(rows, n), op)
+        a = x if len(xd) == 2 else relax.op.reshape(x, relax.ShapeExpr([m, n]))
+        a_ty = relax.TensorType([m, n], x.ty.dtype)
+        return a, a_ty, kern, xd
+
+    def rms_norm(self, x, w, call):
+        axes = [int(a) for a in call.attrs.axes]
+        xd = _shape(x.ty)
+        if xd is None or axes not in ([-1], [len(xd) - 1]) or w.ty.dtype != x.ty.dtype:
+            return call
+        eps = float(call.attrs.epsilon)
+        got = self.rowwise("rms_norm", x, (eps,), call,
+                           lambda m, n: rmsnorm_kernel(m, n, eps=eps, dtype=x.ty.dtype))
+        if got is call:
+            return call
+        a, a_ty, kern, xd = got
+        return self._back(call_kernel(kern, [a, w], [a_ty, w.ty]), xd)
+
+    def softmax(self, x, call):
+        xd = _shape(x.ty)
+        if xd is None or int(call.attrs.axis) not in (-1, len(xd) - 1):
+            return call
+        got = self.rowwise("softmax", x, (), call, lambda m, n: softmax_kernel(m, n, dtype=x.ty.dtype))
+        if got is call:
+            return call
+        a, a_ty, kern, xd = got
+        return self._back(call_kernel(kern, [a], [a_ty]), xd)
+
+    @staticmethod
+    def _back(out, xd):
+        return out if len(xd) == 2 else relax.op.reshape(out, relax.ShapeExpr(list(xd)))
+
+    # -- the rewrite
+    def rewrite_function(self, func):
+        if "matmul" in self.ops:
+            x, w = wildcard(), wildcard()
+            t = is_op("relax.permute_dims")(w)
+            pt = is_op("relax.matmul")(x, t)
+            func = rewrite_call(pt, lambda call, mm: self.gemm(mm[x], mm[w], True, call)
+                                if _is_transpose(mm[t]) else call, func)
+            x2, w2 = wildcard(), wildcard()
+            func = rewrite_call(is_op("relax.matmul")(x2, w2),
+                                lambda call, mm: self.gemm(mm[x2], mm[w2], False, call), func)
+        if "rms_norm" in self.ops:
+            x, w = wildcard(), wildcard()
+            func = rewrite_call(is_op("relax.nn.rms_norm")(x, w),
+                                lambda call, mm: self.rms_norm(mm[x], mm[w], call), func)
+        if "softmax" in self.ops:
+            x = wildcard()
+            func = rewrite_call(is_op("relax.nn.softmax")(x), lambda call, mm: self.softmax(mm[x], call), func)
+        return func
+
+
+def _is_transpose(call):
+    axes = call.attrs.axes
+    return axes is None or [int(a) for a in axes] == [1, 0]
+
+
+def offload(mod, target=None, ops=OPS):
+    """`mod` with the operators of `ops` that tilex has a kernel for replaced by tilex kernels compiled for
+    `target` (default: the current target, else the current GPU, else sm_90a)."""
+    unknown = set(ops) - set(OPS)
+    if unknown:
+        raise ValueError(f"tilex.relax.offload: unknown operators {sorted(unknown)}; choose from {list(OPS)}")
+    if target is None:
+        target = tvm.target.Target.current(allow_none=True) or "auto"
+    off = _Offloader(env.resolve_target(target), ops)
+    out = {}
+    for gv, func in mod.functions.items():
+        out[gv] = off.rewrite_function(func) if isinstance(func, relax.Function) else func
+    new = tvm.IRModule(out, attrs=mod.attrs)
+    return attach_kernels(new, list(off.kernels.values())) if off.kernels else new
+
+
+@tvm.transform.module_pass(opt_level=0, name="tilex.OffloadToTilex")
+class OffloadToTilex:
+    """The module pass form of :func:`offload`."""
+
+    def __init__(self, target=None, ops=OPS):
+        self.target = target
+        self.ops = ops
+
+    def transform_module(self, mod, ctx):
+        return offload(mod, self.target, self.ops)
