@@ -51,3 +51,12 @@ def test_offloaded_decode_linear():
     x = torch.randn(1, 256, device="cuda", dtype=torch.float16)
     w = torch.randn(768, 256, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(_run(vm, x, w), (x.float() @ w.float().t()).half(), rtol=2e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_llama_style_block_small(mode):
+    import pathlib
+    import runpy
+
+    blk = runpy.run_path(str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "llama_block_relax.py"))
+    blk["run"](blk["SMALL"], mode, seq=200, context=300, bench=False)  # asserts tilex's output against PyTorch's

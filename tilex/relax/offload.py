@@ -11,6 +11,9 @@ Patterns (fp16 / bf16, static trailing sizes):
   in place, not transposed): rows of ``x`` (all leading axes, flattened) small and static take the swap-AB
   program, others the warp-specialized tile program;
 * ``nn.rms_norm(x, w)`` over the last axis; ``nn.softmax(x)`` over the last axis;
+* ``add(r, matmul(...))`` (a residual connection) and ``multiply(nn.silu(matmul(x, wg)), matmul(x, wu))`` (a
+  SwiGLU MLP) with the matmuls as above, at more than ``SWAP_AB_ROWS`` rows: one GEMM whose epilogue adds the residual
+  / multiplies by silu of the gate GEMM's output (the matmul's result must have no other use);
 * ``nn.attention(q, k, v)`` (BSNH, no bias or window, no mask or the top-left causal one; k and v may have fewer
   heads), static sizes: the FlashAttention forward program.
 """
@@ -22,14 +25,14 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from tilex import env
 from tilex.kernels.attention.forward import mha_forward
-from tilex.kernels.gemm import matmul, matmul_swap_ab
+from tilex.kernels.gemm import matmul, matmul_epilogue, matmul_swap_ab
 from tilex.kernels.norms import rmsnorm_kernel
 from tilex.kernels.softmax import softmax_kernel
 from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
 
 __all__ = ["offload", "OffloadToTilex", "OPS"]
 
-OPS = ("matmul", "rms_norm", "softmax", "attention")
+OPS = ("matmul", "gemm_epilogue", "rms_norm", "softmax", "attention")
 _FLOAT = ("float16", "bfloat16")
 SWAP_AB_ROWS = 64  # static row counts up to this take the swap-AB program
 PANEL = 8  # the tile program's rasterization panel (T.use_swizzle)
@@ -71,17 +74,25 @@ class _Offloader:
         return k
 
     # -- matmul
-    def gemm(self, x, w, transposed, call):
+    @staticmethod
+    def gemm_sizes(x, w, transposed, call):
+        """(xd, m, n, k, dtype) of a matmul tilex takes, else None."""
         xd, wd = _shape(x.ty), _shape(w.ty)
         if xd is None or wd is None or len(wd) != 2 or len(xd) < 2:
-            return call
+            return None
         dtype = x.ty.dtype
         if dtype not in _FLOAT or w.ty.dtype != dtype or call.ty.dtype != dtype:
-            return call
+            return None
         n, k = (_static(wd[0]), _static(wd[1])) if transposed else (_static(wd[1]), _static(wd[0]))
         if n is None or k is None or _static(xd[-1]) != k or n % 8 or k % 8:
+            return None
+        return xd, _rows(xd), n, k, dtype
+
+    def gemm(self, x, w, transposed, call):
+        sizes = self.gemm_sizes(x, w, transposed, call)
+        if sizes is None:
             return call
-        m = _rows(xd)
+        xd, m, n, k, dtype = sizes
         static_m = m if isinstance(m, int) else None
         if static_m is not None and static_m <= SWAP_AB_ROWS:
             bm, bn, bk, st = (16, 64, 128, 8) if static_m <= 16 else (64, 128, 64, 8)
@@ -103,6 +114,41 @@ class _Offloader:
         if len(xd) == 2:
             return out
         return relax.op.reshape(out, relax.ShapeExpr(list(xd[:-1]) + [n]))
+
+    def gemm_epilogue(self, epilogue, x, w, transposed, e, mm_call, call, e_ty=None):
+        """The GEMM x @ w (w^T) with `epilogue` on `e` (of type `e_ty`, default its own; kernels/gemm.py:
+        matmul_epilogue), replacing `call`."""
+        sizes = self.gemm_sizes(x, w, transposed, mm_call)
+        e_ty = e.ty if e_ty is None else e_ty
+        ed = _shape(e_ty)
+        if sizes is None or ed is None or e_ty.dtype != sizes[4]:
+            return call
+        xd, m, n, k, dtype = sizes
+        if _dims_key(ed) != _dims_key(list(xd[:-1]) + [n]):
+            return call
+        if isinstance(m, int) and m <= SWAP_AB_ROWS:  # decode rows: the swap-AB program has no epilogue yet
+            return call
+        big = n % 256 == 0
+        key = ("gemm_" + epilogue, m if isinstance(m, int) else None, n, k, dtype, transposed)
+        rows = m if isinstance(m, int) else tvm.tirx.Var("m", "int32")
+        kern = self.kernel(key, lambda: matmul_epilogue(
+            rows, n, k, epilogue, 128, 256 if big else 128, 64, 3 if big else 4, 256 if big else 128, dtype=dtype,
+            trans_b=transposed, swizzle=PANEL), "gemm_" + epilogue)
+        flat = len(xd) == 2
+        a = x if flat else relax.op.reshape(x, relax.ShapeExpr([m, k]))
+        e2 = e if flat else relax.op.reshape(e, relax.ShapeExpr([m, n]))
+        out = call_kernel(kern, [a, w, e2], [relax.TensorType([m, k], dtype), w.ty, relax.TensorType([m, n], dtype)])
+        return out if flat else relax.op.reshape(out, relax.ShapeExpr(list(xd[:-1]) + [n]))
+
+    def swiglu(self, xg, wg, tg, mm_g, xu, wu, tu, mm_u, call):
+        """silu(x @ wg^T) * (x @ wu^T): the gate GEMM, then the up GEMM with the silu-multiply epilogue."""
+        sizes = self.gemm_sizes(xu, wu, tu, mm_u)
+        if sizes is None or (isinstance(sizes[1], int) and sizes[1] <= SWAP_AB_ROWS):
+            return call
+        gate = self.gemm(xg, wg, tg, mm_g)
+        if gate is mm_g:
+            return call
+        return self.gemm_epilogue("silu_mul", xu, wu, tu, gate, mm_u, call, e_ty=mm_g.ty)
 
     # -- row-wise operators over the last axis
     def rowwise(self, op, x, extra, call, make):
@@ -148,7 +194,7 @@ class _Offloader:
         a = call.attrs
         if None in (qd, kd, vd) or len(qd) != 4 or q.ty.dtype not in _FLOAT:
             return call
-        if k.ty.dtype != q.ty.dtype or v.ty.dtype != q.ty.dtype or [str(d) for d in kd] != [str(d) for d in vd]:
+        if k.ty.dtype != q.ty.dtype or v.ty.dtype != q.ty.dtype or _dims_key(kd) != _dims_key(vd):
             return call
         if getattr(a, "window_size", None) is not None or a.causal_mask not in (None, "TopLeft"):
             return call
@@ -174,7 +220,40 @@ class _Offloader:
         return out if len(xd) == 2 else relax.op.reshape(out, relax.ShapeExpr(list(xd)))
 
     # -- the rewrite
+    def _fused(self, func):
+        """The epilogue patterns (before the plain matmul one takes their GEMMs)."""
+        def mm():
+            x, w = wildcard(), wildcard()
+            t = is_op("relax.permute_dims")(w)
+            return (x, w, t), is_op("relax.matmul")(x, t) | is_op("relax.matmul")(x, w)
+
+        def operands(m, ops):
+            x, w, t = ops
+            transposed = t in m and m[t] is not None and _is_transpose(m[t])
+            return m[x], m[w], transposed
+
+        g_ops, g_pat = mm()
+        u_ops, u_pat = mm()
+        swiglu = is_op("relax.multiply")(is_op("relax.nn.silu")(g_pat), u_pat)
+
+        def on_swiglu(call, m):
+            return self.swiglu(*operands(m, g_ops), m[g_pat], *operands(m, u_ops), m[u_pat], call)
+
+        func = rewrite_call(swiglu, on_swiglu, func)
+        for left in (True, False):
+            r_ops, r_pat = mm()
+            res = wildcard()
+            pat = is_op("relax.add")(res, r_pat) if left else is_op("relax.add")(r_pat, res)
+
+            def on_add(call, m, r_ops=r_ops, r_pat=r_pat, res=res):
+                return self.gemm_epilogue("add", *operands(m, r_ops), m[res], m[r_pat], call)
+
+            func = rewrite_call(pat, on_add, func)
+        return func
+
     def rewrite_function(self, func):
+        if "matmul" in self.ops and "gemm_epilogue" in self.ops:
+            func = self._fused(func)
         if "matmul" in self.ops:
             x, w = wildcard(), wildcard()
             t = is_op("relax.permute_dims")(w)
@@ -196,6 +275,15 @@ class _Offloader:
             func = rewrite_call(is_op("relax.nn.attention")(q, k, v),
                                 lambda call, mm: self.attention(mm[q], mm[k], mm[v], call), func)
         return func
+
+
+def _dims_key(dims):
+    """Dimensions comparable across int / IntImm / symbolic spellings."""
+    out = []
+    for d in dims:
+        v = d if isinstance(d, int) else _static(d)
+        out.append(v if v is not None else str(d))
+    return out
 
 
 def _is_transpose(call):
