@@ -13,7 +13,8 @@ Patterns (fp16 / bf16, static trailing sizes):
 * ``nn.rms_norm(x, w)`` over the last axis; ``nn.softmax(x)`` over the last axis;
 * ``add(r, matmul(...))`` (a residual connection) and ``multiply(nn.silu(matmul(x, wg)), matmul(x, wu))`` (a
   SwiGLU MLP) with the matmuls as above, at more than ``SWAP_AB_ROWS`` rows: one GEMM whose epilogue adds the residual
-  / multiplies by silu of the gate GEMM's output (the matmul's result must have no other use);
+  / multiplies by silu of the gate GEMM's output (a matmul result with another use is computed again there; the
+  patterns are meant for results used once, as in a transformer block);
 * ``nn.attention(q, k, v)`` (BSNH, no bias or window, no mask or the top-left causal one; k and v may have fewer
   heads), static sizes: the FlashAttention forward program.
 """
