@@ -57,3 +57,19 @@ def left_alone():
             return (c, d, e)
 
     return Mod
+
+
+def layer_norm_gelu():
+    """layer_norm over the last axis (rows symbolic), then a GELU TVM keeps."""
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor(("n", 384), "float16"), g: R.Tensor((384,), "float16"), b: R.Tensor((384,), "float16")):
+            with R.dataflow():
+                y = R.nn.layer_norm(x, g, b, axes=[-1], epsilon=1e-5)
+                z = R.nn.gelu(y)
+                R.output(z)
+            return z
+
+    return Mod

@@ -77,3 +77,12 @@ def test_the_pass_form_and_unknown_operators():
 
     with pytest.raises(ValueError, match="unknown operators"):
         tr.offload(mod, ops=["conv2d"])
+
+
+def test_layer_norm():
+    mod = tr.offload(relax_modules.layer_norm_gelu(), target="sm_90a")
+    names = _op_names(mod["main"])
+    assert "relax.nn.layer_norm" not in names and "relax.nn.gelu" in names
+    (symbol,) = _packed(mod["main"])
+    assert symbol.startswith("tilex_layer_norm_")
+    tvm.compile(mod, target=tilex.env.resolve_target("sm_90a"))

@@ -60,3 +60,13 @@ def test_llama_style_block_small(mode):
 
     blk = runpy.run_path(str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "llama_block_relax.py"))
     blk["run"](blk["SMALL"], mode, seq=200, context=300, bench=False)  # asserts tilex's output against PyTorch's
+
+
+def test_offloaded_layer_norm():
+    vm = _vm(tr.offload(relax_modules.layer_norm_gelu()))
+    g = torch.rand(384, device="cuda", dtype=torch.float16) + 0.5
+    b = torch.randn(384, device="cuda", dtype=torch.float16)
+    for n in (1, 77, 1000):
+        x = torch.randn(n, 384, device="cuda", dtype=torch.float16)
+        want = torch.nn.functional.gelu(torch.nn.functional.layer_norm(x.float(), (384,), g.float(), b.float(), 1e-5))
+        torch.testing.assert_close(_run(vm, x, g, b), want.half(), rtol=2e-2, atol=2e-2)

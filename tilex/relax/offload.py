@@ -10,7 +10,8 @@ Patterns (fp16 / bf16, static trailing sizes):
 * ``matmul(x, w)`` and ``matmul(x, permute_dims(w))`` with a 2-d weight (a linear layer's ``(N, K)`` weight is read
   in place, not transposed): rows of ``x`` (all leading axes, flattened) small and static take the swap-AB
   program, others the warp-specialized tile program;
-* ``nn.rms_norm(x, w)`` over the last axis; ``nn.softmax(x)`` over the last axis;
+* ``nn.rms_norm(x, w)``, ``nn.layer_norm(x, w, b)`` (with both scale and shift) and ``nn.softmax(x)`` over the
+  last axis;
 * ``add(r, matmul(...))`` (a residual connection) and ``multiply(nn.silu(matmul(x, wg)), matmul(x, wu))`` (a
   SwiGLU MLP) with the matmuls as above, at more than ``SWAP_AB_ROWS`` rows: one GEMM whose epilogue adds the residual
   / multiplies by silu of the gate GEMM's output (a matmul result with another use is computed again there; the
@@ -27,13 +28,13 @@ from tvm.relax.dpl import is_op, rewrite_call, wildcard
 from tilex import env
 from tilex.kernels.attention.forward import mha_forward
 from tilex.kernels.gemm import matmul, matmul_epilogue, matmul_swap_ab
-from tilex.kernels.norms import rmsnorm_kernel
+from tilex.kernels.norms import layernorm_kernel, rmsnorm_kernel
 from tilex.kernels.softmax import softmax_kernel
 from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
 
 __all__ = ["offload", "OffloadToTilex", "OPS"]
 
-OPS = ("matmul", "gemm_epilogue", "rms_norm", "softmax", "attention")
+OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention")
 _FLOAT = ("float16", "bfloat16")
 SWAP_AB_ROWS = 64  # static row counts up to this take the swap-AB program
 PANEL = 8  # the tile program's rasterization panel (T.use_swizzle)
@@ -180,6 +181,21 @@ class _Offloader:
         a, a_ty, kern, xd = got
         return self._back(call_kernel(kern, [a, w], [a_ty, w.ty]), xd)
 
+    def layer_norm(self, x, w, b, call):
+        a = call.attrs
+        xd = _shape(x.ty)
+        if xd is None or [int(v) for v in a.axes] not in ([-1], [len(xd) - 1]) or not (a.center and a.scale):
+            return call
+        if w.ty.dtype != x.ty.dtype or b.ty.dtype != x.ty.dtype:
+            return call
+        eps = float(a.epsilon)
+        got = self.rowwise("layer_norm", x, (eps,), call,
+                           lambda m, n: layernorm_kernel(m, n, eps=eps, dtype=x.ty.dtype))
+        if got is call:
+            return call
+        rows, r_ty, kern, xd = got
+        return self._back(call_kernel(kern, [rows, w, b], [r_ty, w.ty, b.ty]), xd)
+
     def softmax(self, x, call):
         xd = _shape(x.ty)
         if xd is None or int(call.attrs.axis) not in (-1, len(xd) - 1):
@@ -268,6 +284,10 @@ class _Offloader:
             x, w = wildcard(), wildcard()
             func = rewrite_call(is_op("relax.nn.rms_norm")(x, w),
                                 lambda call, mm: self.rms_norm(mm[x], mm[w], call), func)
+        if "layer_norm" in self.ops:
+            x, w, b = wildcard(), wildcard(), wildcard()
+            func = rewrite_call(is_op("relax.nn.layer_norm")(x, w, b),
+                                lambda call, mm: self.layer_norm(mm[x], mm[w], mm[b], call), func)
         if "softmax" in self.ops:
             x = wildcard()
             func = rewrite_call(is_op("relax.nn.softmax")(x), lambda call, mm: self.softmax(mm[x], call), func)
