@@ -63,6 +63,28 @@ def _rows(dims):
     return m
 
 
+def _tile(n):
+    """(bn, stages, threads) of the warp-specialized GEMM tile (128 rows, bk 64) for N = `n`. Its blocks are
+    rasterized in panels of PANEL tile rows (L2 reuse of the weight): 0.79 -> 0.94 of cuBLAS at 2048 x 12288 x 4096
+    (benchmarks/README.md)."""
+    return (256, 3, 256) if n % 256 == 0 else (128, 4, 128)
+
+
+def _rows_arg(m):
+    """The row count a program is built for: `m` when static, else a symbolic size."""
+    return m if isinstance(m, int) else tvm.tirx.Var("m", "int32")
+
+
+def _flat(x, xd, m, last):
+    """`x` (dimensions `xd`) as an (m, last) matrix."""
+    return x if len(xd) == 2 else relax.op.reshape(x, relax.ShapeExpr([m, last]))
+
+
+def _unflat(out, xd, n):
+    """A (rows, n) result back in the leading dimensions of `xd`."""
+    return out if len(xd) == 2 else relax.op.reshape(out, relax.ShapeExpr(list(xd[:-1]) + [n]))
+
+
 class _Offloader:
     def __init__(self, target, ops):
         self.target = target
@@ -102,20 +124,12 @@ class _Offloader:
             kern = self.kernel(key, lambda: matmul_swap_ab(static_m, n, k, bm, bn, bk, st, 128, dtype=dtype,
                                                            trans_b=transposed), "gemm")
         else:
-            rows = static_m if static_m is not None else tvm.tirx.Var("m", "int32")
-            big = n % 256 == 0
+            bn, st, th = _tile(n)
             key = ("gemm", static_m, n, k, dtype, transposed)
-            # blocks rasterized in panels of 8 tile rows (L2 reuse of the weight): 0.79 -> 0.94 of cuBLAS at
-            # 2048 x 12288 x 4096 (benchmarks/README.md)
-            kern = self.kernel(key, lambda: matmul(
-                rows, n, k, 128, 256 if big else 128, 64, 3 if big else 4, 256 if big else 128, dtype=dtype,
-                trans_b=transposed, stage_c=True, swizzle=PANEL), "gemm")
-        a = x if len(xd) == 2 else relax.op.reshape(x, relax.ShapeExpr([m, k]))
-        a_ty = relax.TensorType([m, k], dtype)
-        out = call_kernel(kern, [a, w], [a_ty, w.ty])
-        if len(xd) == 2:
-            return out
-        return relax.op.reshape(out, relax.ShapeExpr(list(xd[:-1]) + [n]))
+            kern = self.kernel(key, lambda: matmul(_rows_arg(m), n, k, 128, bn, 64, st, th, dtype=dtype,
+                                                   trans_b=transposed, stage_c=True, swizzle=PANEL), "gemm")
+        out = call_kernel(kern, [_flat(x, xd, m, k), w], [relax.TensorType([m, k], dtype), w.ty])
+        return _unflat(out, xd, n)
 
     def gemm_epilogue(self, epilogue, x, w, transposed, e, mm_call, call, e_ty=None):
         """The GEMM x @ w (w^T) with `epilogue` on `e` (of type `e_ty`, default its own; kernels/gemm.py:
@@ -130,17 +144,13 @@ class _Offloader:
             return call
         if isinstance(m, int) and m <= SWAP_AB_ROWS:  # decode rows: the swap-AB program has no epilogue yet
             return call
-        big = n % 256 == 0
+        bn, st, th = _tile(n)
         key = ("gemm_" + epilogue, m if isinstance(m, int) else None, n, k, dtype, transposed)
-        rows = m if isinstance(m, int) else tvm.tirx.Var("m", "int32")
-        kern = self.kernel(key, lambda: matmul_epilogue(
-            rows, n, k, epilogue, 128, 256 if big else 128, 64, 3 if big else 4, 256 if big else 128, dtype=dtype,
-            trans_b=transposed, swizzle=PANEL), "gemm_" + epilogue)
-        flat = len(xd) == 2
-        a = x if flat else relax.op.reshape(x, relax.ShapeExpr([m, k]))
-        e2 = e if flat else relax.op.reshape(e, relax.ShapeExpr([m, n]))
-        out = call_kernel(kern, [a, w, e2], [relax.TensorType([m, k], dtype), w.ty, relax.TensorType([m, n], dtype)])
-        return out if flat else relax.op.reshape(out, relax.ShapeExpr(list(xd[:-1]) + [n]))
+        kern = self.kernel(key, lambda: matmul_epilogue(_rows_arg(m), n, k, epilogue, 128, bn, 64, st, th, dtype=dtype,
+                                                        trans_b=transposed, swizzle=PANEL), "gemm_" + epilogue)
+        out = call_kernel(kern, [_flat(x, xd, m, k), w, _flat(e, xd, m, n)],
+                          [relax.TensorType([m, k], dtype), w.ty, relax.TensorType([m, n], dtype)])
+        return _unflat(out, xd, n)
 
     def swiglu(self, xg, wg, tg, mm_g, xu, wu, tu, mm_u, call):
         """silu(x @ wg^T) * (x @ wu^T): the gate GEMM, then the up GEMM with the silu-multiply epilogue."""
@@ -161,12 +171,9 @@ class _Offloader:
         if n is None:
             return call
         m = _rows(xd)
-        rows = m if isinstance(m, int) else tvm.tirx.Var("m", "int32")
         kern = self.kernel((op, m if isinstance(m, int) else None, n, x.ty.dtype) + extra,
-                           lambda: make(rows, n), op)
-        a = x if len(xd) == 2 else relax.op.reshape(x, relax.ShapeExpr([m, n]))
-        a_ty = relax.TensorType([m, n], x.ty.dtype)
-        return a, a_ty, kern, xd
+                           lambda: make(_rows_arg(m), n), op)
+        return _flat(x, xd, m, n), relax.TensorType([m, n], x.ty.dtype), kern, xd
 
     def rms_norm(self, x, w, call):
         axes = [int(a) for a in call.attrs.axes]
@@ -179,7 +186,7 @@ class _Offloader:
         if got is call:
             return call
         a, a_ty, kern, xd = got
-        return self._back(call_kernel(kern, [a, w], [a_ty, w.ty]), xd)
+        return _unflat(call_kernel(kern, [a, w], [a_ty, w.ty]), xd, xd[-1])
 
     def layer_norm(self, x, w, b, call):
         a = call.attrs
@@ -194,7 +201,7 @@ class _Offloader:
         if got is call:
             return call
         rows, r_ty, kern, xd = got
-        return self._back(call_kernel(kern, [rows, w, b], [r_ty, w.ty, b.ty]), xd)
+        return _unflat(call_kernel(kern, [rows, w, b], [r_ty, w.ty, b.ty]), xd, xd[-1])
 
     def softmax(self, x, call):
         xd = _shape(x.ty)
@@ -204,7 +211,7 @@ class _Offloader:
         if got is call:
             return call
         a, a_ty, kern, xd = got
-        return self._back(call_kernel(kern, [a], [a_ty]), xd)
+        return _unflat(call_kernel(kern, [a], [a_ty]), xd, xd[-1])
 
     def attention(self, q, k, v, call):
         qd, kd, vd = _shape(q.ty), _shape(k.ty), _shape(v.ty)
@@ -231,10 +238,6 @@ class _Offloader:
         except ValueError:  # a shape the program does not take (head dim, causal with seq_q > seq_kv, ...)
             return call
         return relax.TupleGetItem(call_kernel(kern, [q, k, v], [q.ty, k.ty, v.ty]), 0)
-
-    @staticmethod
-    def _back(out, xd):
-        return out if len(xd) == 2 else relax.op.reshape(out, relax.ShapeExpr(list(xd)))
 
     # -- the rewrite
     def _fused(self, func):
