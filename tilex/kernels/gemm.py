@@ -4,6 +4,17 @@ benchmarks/bench_gemm.py and the tests."""
 import tilex.language as T
 
 
+
+def _b_shapes(N, K, bn, bk, trans_b):
+    """(B's shape, its shared tile's shape): (K, N) and (bk, bn), or (N, K) and (bn, bk) when B is given
+    transposed (a linear layer's weight)."""
+    return ((N, K), (bn, bk)) if trans_b else ((K, N), (bk, bn))
+
+
+def _b_tile(B, k, bx, bk, bn, trans_b):
+    """The origin of k tile `k` of block column `bx` in B (laid out as :func:`_b_shapes` says)."""
+    return B[bx * bn, k * bk] if trans_b else B[k * bk, bx * bn]
+
 def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="float16", accum="float32",
            trans_a=False, trans_b=False, swizzle=0, stage_c=False, c_block=0):
     """C = A @ B (A^T / B^T when trans_a / trans_b: A is then (K, M), B is (N, K)); `swizzle` > 0 rasterizes
@@ -12,9 +23,8 @@ def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="flo
     through a smaller shared tile, leaving shared memory for another pipeline stage."""
     cb = c_block if stage_c and 0 < c_block < bn else bn
     a_shape = (K, M) if trans_a else (M, K)
-    b_shape = (N, K) if trans_b else (K, N)
+    b_shape, bs_shape = _b_shapes(N, K, bn, bk, trans_b)
     as_shape = (bk, bm) if trans_a else (bm, bk)
-    bs_shape = (bn, bk) if trans_b else (bk, bn)
 
     @T.prim_func
     def main(A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
@@ -30,10 +40,7 @@ def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="flo
                     T.copy(A[k * bk, by * bm], A_s)
                 else:
                     T.copy(A[by * bm, k * bk], A_s)
-                if trans_b:
-                    T.copy(B[bx * bn, k * bk], B_s)
-                else:
-                    T.copy(B[k * bk, bx * bn], B_s)
+                T.copy(_b_tile(B, k, bx, bk, bn, trans_b), B_s)
                 T.gemm(A_s, B_s, C_l, transpose_A=trans_a, transpose_B=trans_b)
             if stage_c and cb < bn:
                 C_s = T.alloc_shared((bm, cb), dtype)
@@ -60,8 +67,7 @@ def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3
     times its up projection). C goes through a shared tile and a TMA store; `trans_b`: B given as (N, K)."""
     if epilogue not in EPILOGUES:
         raise ValueError(f"matmul_epilogue: epilogue must be one of {EPILOGUES}, got {epilogue!r}")
-    b_shape = (N, K) if trans_b else (K, N)
-    bs_shape = (bn, bk) if trans_b else (bk, bn)
+    b_shape, bs_shape = _b_shapes(N, K, bn, bk, trans_b)
     cw = 64 if bn % 64 == 0 else bn
 
     @T.prim_func
@@ -77,10 +83,7 @@ def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3
             T.clear(C_l)
             for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
                 T.copy(A[by * bm, k * bk], A_s)
-                if trans_b:
-                    T.copy(B[bx * bn, k * bk], B_s)
-                else:
-                    T.copy(B[k * bk, bx * bn], B_s)
+                T.copy(_b_tile(B, k, bx, bk, bn, trans_b), B_s)
                 T.gemm(A_s, B_s, C_l, transpose_B=trans_b)
             # E in blocks of `cw` columns, each copied into registers before it is used: the loads of a block are
             # issued together (one element at a time, each load's latency was paid in turn: silu_mul at
@@ -134,8 +137,7 @@ def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dty
     of every block) through a smaller shared tile, leaving shared memory to the pipeline. `trans_b`: B is given
     as (N, K) (a linear layer's weight), which is the K-major operand the instruction reads directly."""
     cm = c_rows if stage_c and 0 < c_rows < bm else bm
-    b_shape = (N, K) if trans_b else (K, N)
-    bs_shape = (bn, bk) if trans_b else (bk, bn)
+    b_shape, bs_shape = _b_shapes(N, K, bn, bk, trans_b)
     grid = (T.ceildiv(M, bm), T.ceildiv(N, bn)) if m_major else (T.ceildiv(N, bn), T.ceildiv(M, bm))
 
     @T.prim_func
@@ -149,10 +151,7 @@ def matmul_swap_ab(M, N, K, bm=16, bn=64, bk=128, num_stages=8, threads=128, dty
             T.clear(Ct_l)
             for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
                 T.copy(A[by * bm, k * bk], A_s)
-                if trans_b:
-                    T.copy(B[bx * bn, k * bk], B_s)
-                else:
-                    T.copy(B[k * bk, bx * bn], B_s)
+                T.copy(_b_tile(B, k, bx, bk, bn, trans_b), B_s)
                 # C^T tile = (B_s)^T @ (A_s)^T, B_s already (bn, bk) when B is given transposed
                 T.gemm(B_s, A_s, Ct_l, transpose_A=not trans_b, transpose_B=True)
             if stage_c and cm < bm:
