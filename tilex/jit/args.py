@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from tilex.jit.dtypes import tvm_to_torch_dtype
 from tilex.jit.launcher import caller_factory, dtype_triple, encode_recipe
 
-__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "first_bindings", "DATA_ALIGNMENT"]
+__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "first_bindings", "recipe_shape", "DATA_ALIGNMENT"]
 
 #: Bytes every tensor argument's data pointer must be a multiple of: the widest access a tilex kernel makes
 #: (16-byte vector loads / stores, cp.async and TMA boxes all need it).
@@ -74,6 +74,11 @@ def first_bindings(inputs) -> dict:
             if isinstance(d, tuple) and d[1] not in out:
                 out[d[1]] = (pos, None if s.kind == "scalar" else k, d[2])
     return out
+
+
+def recipe_shape(args, recipe) -> list:
+    """The extents of an output recipe (:meth:`ArgChecker.output_recipes`) for the call arguments `args`."""
+    return [d if d.__class__ is int else (args[d[0]] if d[1] is None else args[d[0]].shape[d[1]]) for d in recipe]
 
 
 class ArgChecker:
@@ -157,11 +162,7 @@ class ArgChecker:
         tensor_pos = tuple(pos for s, pos in self._buf_plan)
         first = tensor_pos[0] if tensor_pos else None
         place = {s.index: pos for s, pos in self._in_plan}
-        source = {slot: (pos, axis) for slot, (pos, axis, _) in first_bindings(self.inputs).items()}
-        outs = []
-        for s in self.outputs:
-            recipe = tuple(d if d.__class__ is int else source[d[1]] for d in s.shape)
-            outs.append((recipe, s.torch_dtype))
+        outs = [(recipe, s.torch_dtype) for recipe, s in zip(self.output_recipes(), self.outputs)]
         if outs and first is None:
             return None
         caller = self._cpp_caller(fn, outs)
@@ -184,21 +185,24 @@ class ArgChecker:
                 fn(*args)
             return call
 
-        def shape_of(args, recipe):
-            return [d if d.__class__ is int else (args[d[0]] if d[1] is None else args[d[0]].shape[d[1]])
-                    for d in recipe]
-
         def call(*args):
             if misaligned(args):
                 raise ValueError("misaligned")
             t0 = args[first]
-            made = [t0.new_empty(shape_of(args, recipe), dtype=dt) for recipe, dt in outs]
+            made = [t0.new_empty(recipe_shape(args, recipe), dtype=dt) for recipe, dt in outs]
             if trailing:
                 fn(*args, *made)
             else:
                 fn(*[args[j] if kind == "in" else made[j] for kind, j in order])
             return made[0] if single else tuple(made)
         return call
+
+    def output_recipes(self) -> list:
+        """Per output, its shape as static extents and ``(input position, axis)`` pairs, the input dimension each
+        symbolic size is read from (axis None: a scalar input that is the size); :func:`recipe_shape` evaluates
+        one for a call's arguments."""
+        source = {slot: (pos, axis) for slot, (pos, axis, _) in first_bindings(self.inputs).items()}
+        return [tuple(d if d.__class__ is int else source[d[1]] for d in s.shape) for s in self.outputs]
 
     def _cpp_caller(self, fn, outs):
         """The C++ caller of `fn` (no output, or one whose dtype it allocates), or None."""

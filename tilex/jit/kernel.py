@@ -293,6 +293,11 @@ class JITKernel:
         graphs capture it (:mod:`tilex.jit.torch_op`)."""
         return _torch_op.custom_op(self, name, mutates_args=mutates_args)
 
+    def output_recipes(self) -> list:
+        """Per output, its shape as static extents and ``(input position, axis)`` pairs naming the input dimension
+        a symbolic size is read from (axis None: a scalar input) -- what a caller allocating the outputs needs."""
+        return self._checker.output_recipes()
+
     @property
     def symbol(self) -> str:
         return self._symbol

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from tilex.jit.args import first_bindings
+from tilex.jit.args import recipe_shape
 
 __all__ = ["custom_op", "schema_of"]
 
@@ -51,9 +51,8 @@ def _fake(kernel):
     outputs of the right shapes on the first tensor input's device."""
     checker = kernel._checker
     inputs = checker.inputs
-    source = {slot: (pos, axis) for slot, (pos, axis, _) in first_bindings(inputs).items()}
     first = next((pos for pos, s in enumerate(inputs) if s.kind == "buffer"), None)
-    outs = checker.outputs
+    outs = list(zip(checker.output_recipes(), checker.outputs))
 
     def fake(*args):
         for pos, s in enumerate(inputs):
@@ -70,13 +69,7 @@ def _fake(kernel):
                     raise ValueError(f"argument '{s.name}' (index {pos}): dimension {axis} must be {d}, got "
                                      f"{a.shape[axis]}")
 
-        def size(d):
-            if d.__class__ is int:
-                return d
-            pos, axis = source[d[1]]
-            return args[pos] if axis is None else args[pos].shape[axis]
-
-        made = [args[first].new_empty([size(d) for d in s.shape], dtype=s.torch_dtype) for s in outs]
+        made = [args[first].new_empty(recipe_shape(args, recipe), dtype=s.torch_dtype) for recipe, s in outs]
         if not made:
             return None
         return made[0] if len(made) == 1 else tuple(made)

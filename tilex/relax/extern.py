@@ -13,7 +13,6 @@ import hashlib
 from tvm import relax
 
 from tilex.jit import compile as compile_kernel
-from tilex.jit.args import first_bindings
 
 __all__ = ["compile_extern", "call_kernel", "attach_kernels", "output_types"]
 
@@ -48,21 +47,21 @@ def compile_extern(func, name: str, out_idx=-1, target="auto", pass_configs=None
 def output_types(kernel, arg_types):
     """The Relax types of `kernel`'s outputs for arguments of types `arg_types` (TensorType, one per input): a
     symbolic size takes the argument dimension the kernel itself reads it from."""
-    inputs = kernel._checker.inputs
+    inputs = [p for p in kernel.params if not p.is_output]
     if len(arg_types) != len(inputs):
         raise ValueError(f"tilex.relax: kernel {kernel.symbol} takes {len(inputs)} inputs, got {len(arg_types)}")
-    source = first_bindings(inputs)
     out = []
-    for s in kernel._checker.outputs:
+    for recipe, idx in zip(kernel.output_recipes(), kernel.out_idx):
+        s = kernel.params[idx]
         dims = []
-        for d in s.shape:
+        for d in recipe:
             if d.__class__ is int:
                 dims.append(d)
                 continue
-            pos, axis, name = source[d[1]]
+            pos, axis = d
             if axis is None:
                 raise ValueError(f"tilex.relax: output '{s.name}' of {kernel.symbol} is sized by the scalar "
-                                 f"'{name}'; only sizes read from tensor inputs are supported")
+                                 f"'{inputs[pos].name}'; only sizes read from tensor inputs are supported")
             dims.append(arg_types[pos].shape.values[axis])
         out.append(relax.TensorType(dims, s.dtype))
     return out
