@@ -163,7 +163,9 @@ class _Offloader:
         return self.gemm_epilogue("silu_mul", xu, wu, tu, gate, mm_u, call, e_ty=mm_g.ty)
 
     # -- row-wise operators over the last axis
-    def rowwise(self, op, x, extra, call, make):
+    def rowwise(self, op, x, others, extra, call, make):
+        """`call` (an operator over the last axis of `x`, with the other operands `others`) as the tile program
+        ``make(rows, n)`` on `x` seen as a matrix; `call` itself when `x` does not qualify."""
         xd = _shape(x.ty)
         if xd is None or x.ty.dtype not in _FLOAT or call.ty.dtype != x.ty.dtype:
             return call
@@ -173,7 +175,9 @@ class _Offloader:
         m = _rows(xd)
         kern = self.kernel((op, m if isinstance(m, int) else None, n, x.ty.dtype) + extra,
                            lambda: make(_rows_arg(m), n), op)
-        return _flat(x, xd, m, n), relax.TensorType([m, n], x.ty.dtype), kern, xd
+        out = call_kernel(kern, [_flat(x, xd, m, n)] + list(others),
+                          [relax.TensorType([m, n], x.ty.dtype)] + [o.ty for o in others])
+        return _unflat(out, xd, n)
 
     def rms_norm(self, x, w, call):
         axes = [int(a) for a in call.attrs.axes]
@@ -181,12 +185,8 @@ class _Offloader:
         if xd is None or axes not in ([-1], [len(xd) - 1]) or w.ty.dtype != x.ty.dtype:
             return call
         eps = float(call.attrs.epsilon)
-        got = self.rowwise("rms_norm", x, (eps,), call,
-                           lambda m, n: rmsnorm_kernel(m, n, eps=eps, dtype=x.ty.dtype))
-        if got is call:
-            return call
-        a, a_ty, kern, xd = got
-        return _unflat(call_kernel(kern, [a, w], [a_ty, w.ty]), xd, xd[-1])
+        return self.rowwise("rms_norm", x, [w], (eps,), call,
+                            lambda m, n: rmsnorm_kernel(m, n, eps=eps, dtype=x.ty.dtype))
 
     def layer_norm(self, x, w, b, call):
         a = call.attrs
@@ -196,22 +196,14 @@ class _Offloader:
         if w.ty.dtype != x.ty.dtype or b.ty.dtype != x.ty.dtype:
             return call
         eps = float(a.epsilon)
-        got = self.rowwise("layer_norm", x, (eps,), call,
-                           lambda m, n: layernorm_kernel(m, n, eps=eps, dtype=x.ty.dtype))
-        if got is call:
-            return call
-        rows, r_ty, kern, xd = got
-        return _unflat(call_kernel(kern, [rows, w, b], [r_ty, w.ty, b.ty]), xd, xd[-1])
+        return self.rowwise("layer_norm", x, [w, b], (eps,), call,
+                            lambda m, n: layernorm_kernel(m, n, eps=eps, dtype=x.ty.dtype))
 
     def softmax(self, x, call):
         xd = _shape(x.ty)
         if xd is None or int(call.attrs.axis) not in (-1, len(xd) - 1):
             return call
-        got = self.rowwise("softmax", x, (), call, lambda m, n: softmax_kernel(m, n, dtype=x.ty.dtype))
-        if got is call:
-            return call
-        a, a_ty, kern, xd = got
-        return _unflat(call_kernel(kern, [a], [a_ty]), xd, xd[-1])
+        return self.rowwise("softmax", x, [], (), call, lambda m, n: softmax_kernel(m, n, dtype=x.ty.dtype))
 
     def attention(self, q, k, v, call):
         qd, kd, vd = _shape(q.ty), _shape(k.ty), _shape(v.ty)
