@@ -1,7 +1,9 @@
 """A Llama-style decoder block (RMSNorm, fused QKV projection, RoPE, attention, SwiGLU MLP) built with
 tvm.relax.frontend.nn, compiled for CUDA twice: with tilex offload (`tilex.relax.offload`: the projections, norms
 and attention become tilex kernels, the rest goes through TVM's pipeline) and with TVM's default CUDA pipeline
-alone; both checked against the same block in PyTorch eager and timed beside it.
+alone; both checked against the same block in PyTorch eager and timed beside it. With offload, the RoPE of q and k
+reads them in place from the QKV projection's output and v is copied out of it, so only the KV-cache append (decode)
+and, at one row, the residual adds and the SiLU-multiply stay with TVM.
 
     python examples/llama_block_relax.py [--mode decode|prefill|both] [--small]
 

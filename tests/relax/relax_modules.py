@@ -1,6 +1,7 @@
 """Relax modules for the offload tests."""
 from tvm.script import ir as I
 from tvm.script import relax as R
+from tvm.script import tirx as T
 
 
 def norm_linear_softmax_linear():
@@ -71,5 +72,59 @@ def layer_norm_gelu():
                 z = R.nn.gelu(y)
                 R.output(z)
             return z
+
+    return Mod
+
+
+def rope_tables():
+    """RoPE (rotate-half) on a (b, s, 4, 64) input with one table row per row ((b, s, 1, 64); b and s symbolic),
+    and on the same input with a per-head table ((s, 4, 64)), which the offload leaves to TVM."""
+
+    def rope(u, cos, sin):
+        halves = R.split(u, 2, axis=-1)
+        rot = R.concat((R.negative(halves[1]), halves[0]), axis=-1)
+        return R.add(R.multiply(u, cos), R.multiply(rot, sin))
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(u: R.Tensor(("b", "s", 4, 64), "float16"), cos: R.Tensor(("b", "s", 1, 64), "float16"),
+                 sin: R.Tensor(("b", "s", 1, 64), "float16")):
+            with R.dataflow():
+                h = R.split(u, 2, axis=-1)
+                r = R.concat((R.negative(h[1]), h[0]), axis=-1)
+                y = R.add(R.multiply(u, cos), R.multiply(r, sin))
+                R.output(y)
+            return y
+
+        @R.function
+        def per_head(u: R.Tensor((2, 8, 4, 64), "float16"), cos: R.Tensor((8, 4, 64), "float16"),
+                     sin: R.Tensor((8, 4, 64), "float16")):
+            with R.dataflow():
+                h = R.split(u, 2, axis=-1)
+                r = R.concat((R.negative(h[1]), h[0]), axis=-1)
+                y = R.add(R.multiply(u, cos), R.multiply(r, sin))
+                R.output(y)
+            return y
+
+    return Mod
+
+
+def split_parts():
+    """A (n, 2, 3, 64) tensor split unevenly along axis 1 of its (n, 6, 64) reshape, each part through a ReLU."""
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor(("n", 384), "float16")):
+            n = T.int64()
+            with R.dataflow():
+                v = R.reshape(x, R.shape([n, 6, 64]))
+                p = R.split(v, [1, 4], axis=1)
+                a = R.nn.relu(p[0])
+                b = R.nn.relu(p[1])
+                c = R.nn.relu(p[2])
+                R.output(a, b, c)
+            return (a, b, c)
 
     return Mod

@@ -86,3 +86,32 @@ def test_layer_norm():
     (symbol,) = _packed(mod["main"])
     assert symbol.startswith("tilex_layer_norm_")
     tvm.compile(mod, target=tilex.env.resolve_target("sm_90a"))
+
+
+def test_rope_with_a_row_per_table_row_and_symbolic_rows():
+    mod = tr.offload(relax_modules.rope_tables(), target="sm_90a")
+    main = mod["main"]
+    assert not {"relax.split", "relax.concat", "relax.negative", "relax.multiply", "relax.add"} & set(_op_names(main))
+    (sym,) = _packed(main)
+    assert sym.startswith("tilex_rope_")
+    assert str(main.ret_ty.shape) == "R.shape([b, s, 4, 64])"
+    # a per-head table is not the (seq, 1, dim) broadcast the kernel reads: RoPE stays with TVM, its halves are copies
+    per_head = mod["per_head"]
+    assert {"relax.concat", "relax.negative", "relax.multiply", "relax.add"} <= set(_op_names(per_head))
+    assert [s.split("_")[1] for s in _packed(per_head)] == ["split", "split"]
+    tvm.compile(mod, target=tilex.env.resolve_target("sm_90a"))
+
+
+def test_split_parts_become_column_copies():
+    mod = tr.offload(relax_modules.split_parts(), target="sm_90a")
+    main = mod["main"]
+    assert "relax.split" not in _op_names(main)
+    assert [s.split("_")[1] for s in _packed(main)] == ["split"] * 3
+    assert [str(f.shape) for f in main.ret_ty.fields] == ["R.shape([n, 1, 64])", "R.shape([n, 3, 64])",
+                                                            "R.shape([n, 2, 64])"]
+    tvm.compile(mod, target=tilex.env.resolve_target("sm_90a"))
+
+
+def test_rope_and_split_can_be_left_out():
+    mod = tr.offload(relax_modules.split_parts(), target="sm_90a", ops=[o for o in tr.OPS if o != "split"])
+    assert "relax.split" in _op_names(mod["main"])

@@ -70,3 +70,33 @@ def test_offloaded_layer_norm():
         x = torch.randn(n, 384, device="cuda", dtype=torch.float16)
         want = torch.nn.functional.gelu(torch.nn.functional.layer_norm(x.float(), (384,), g.float(), b.float(), 1e-5))
         torch.testing.assert_close(_run(vm, x, g, b), want.half(), rtol=2e-2, atol=2e-2)
+
+
+def _rope(u, cos, sin):
+    u1, u2 = u.float().chunk(2, -1)
+    return (u.float() * cos.float() + torch.cat([-u2, u1], -1) * sin.float()).half()
+
+
+def test_offloaded_rope_and_the_per_head_fallback():
+    mod = tr.offload(relax_modules.rope_tables())
+    ex = tvm.compile(mod, target=tilex.env.resolve_target("auto"))
+    vm = relax.VirtualMachine(ex, tvm.cuda(0))
+    for b, s in ((1, 1), (2, 37), (3, 128)):
+        u = torch.randn(b, s, 4, 64, device="cuda", dtype=torch.float16)
+        cos, sin = torch.randn(2, b, s, 1, 64, device="cuda", dtype=torch.float16)
+        got = torch.from_dlpack(vm["main"](*[tvm.runtime.from_dlpack(t) for t in (u, cos, sin)]))
+        torch.testing.assert_close(got, _rope(u, cos, sin), rtol=1e-2, atol=1e-2)
+    u = torch.randn(2, 8, 4, 64, device="cuda", dtype=torch.float16)
+    cos, sin = torch.randn(2, 8, 4, 64, device="cuda", dtype=torch.float16)
+    got = torch.from_dlpack(vm["per_head"](*[tvm.runtime.from_dlpack(t) for t in (u, cos, sin)]))
+    torch.testing.assert_close(got, _rope(u, cos, sin), rtol=1e-2, atol=1e-2)
+
+
+def test_offloaded_split_parts():
+    vm = _vm(tr.offload(relax_modules.split_parts()))
+    for n in (1, 5, 300):
+        x = torch.randn(n, 384, device="cuda", dtype=torch.float16)
+        got = [torch.from_dlpack(t) for t in vm["main"](tvm.runtime.from_dlpack(x))]
+        want = torch.relu(x.view(n, 6, 64)).split([1, 3, 2], dim=1)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)

@@ -61,14 +61,16 @@ EPILOGUES = ("add", "silu_mul")
 
 
 def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3, threads=256, dtype="float16",
-                    accum="float32", trans_b=False, swizzle=0):
+                    accum="float32", trans_b=False, swizzle=0, c_block=0):
     """C = A @ B with an element-wise epilogue on a second (M, N) input E, read in the accumulator's layout:
     ``"add"``: C = A @ B + E (a residual connection), ``"silu_mul"``: C = silu(E) * (A @ B) (a SwiGLU MLP's gate E
-    times its up projection). C goes through a shared tile and a TMA store; `trans_b`: B given as (N, K)."""
+    times its up projection). C goes through a shared tile and a TMA store (in column blocks of `c_block` when
+    0 < c_block < bn, as in :func:`matmul`); `trans_b`: B given as (N, K)."""
     if epilogue not in EPILOGUES:
         raise ValueError(f"matmul_epilogue: epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     b_shape, bs_shape = _b_shapes(N, K, bn, bk, trans_b)
     cw = 64 if bn % 64 == 0 else bn
+    cb = c_block if 0 < c_block < bn else bn
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), E: T.Tensor((M, N), dtype),
@@ -79,7 +81,7 @@ def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3
             A_s = T.alloc_shared((bm, bk), dtype)
             B_s = T.alloc_shared(bs_shape, dtype)
             C_l = T.alloc_fragment((bm, bn), accum)
-            C_s = T.alloc_shared((bm, bn), dtype)
+            C_s = T.alloc_shared((bm, cb), dtype)
             T.clear(C_l)
             for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
                 T.copy(A[by * bm, k * bk], A_s)
@@ -97,8 +99,13 @@ def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3
                     else:
                         C_l[i, c * cw + j] = C_l[i, c * cw + j] * T.Cast(accum, E_l[i, j]) * T.sigmoid(
                             T.Cast(accum, E_l[i, j]))
-            T.copy(C_l, C_s)
-            T.copy(C_s, C[by * bm, bx * bn])
+            if cb < bn:
+                for j in T.unroll(bn // cb):
+                    T.copy(C_l[0:bm, j * cb:(j + 1) * cb], C_s)
+                    T.copy(C_s, C[by * bm, bx * bn + j * cb])
+            else:
+                T.copy(C_l, C_s)
+                T.copy(C_s, C[by * bm, bx * bn])
 
     return main
 

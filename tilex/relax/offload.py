@@ -17,27 +17,34 @@ Patterns (fp16 / bf16, static trailing sizes):
   / multiplies by silu of the gate GEMM's output (a matmul result with another use is computed again there; the
   patterns are meant for results used once, as in a transformer block);
 * ``nn.attention(q, k, v)`` (BSNH, no bias or window, no mask or the top-left causal one; k and v may have fewer
-  heads), static sizes: the FlashAttention forward program.
+  heads), static sizes: the FlashAttention forward program;
+* rotary embedding in the rotate-half form, ``u * cos + concat([-u2, u1]) * sin`` with ``u1, u2 = split(u, 2)``
+  over the last axis of a (..., heads, dim) tensor, cos / sin one (seq, 1, dim)-style table: one kernel, which
+  reads u in place when u is a part of a split (the q / k of a fused QKV projection's output);
+* each part of a ``split`` (possibly reshaped) as a copy of its column range (the v of a fused QKV projection; TVM
+  schedules a split as one slow kernel per part).
 """
 from __future__ import annotations
 
 import tvm
 from tvm import relax, tirx
-from tvm.relax.dpl import is_op, rewrite_call, wildcard
+from tvm.relax.dpl import is_op, is_tuple, is_tuple_get_item, rewrite_call, wildcard
 
 from tilex import env
 from tilex.kernels.attention.forward import mha_forward
 from tilex.kernels.gemm import matmul, matmul_epilogue, matmul_swap_ab
 from tilex.kernels.norms import layernorm_kernel, rmsnorm_kernel
+from tilex.kernels.rope import column_slice_kernel, rope_kernel
 from tilex.kernels.softmax import softmax_kernel
 from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
 
 __all__ = ["offload", "OffloadToTilex", "OPS"]
 
-OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention")
+OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split")
 _FLOAT = ("float16", "bfloat16")
+_COPYABLE = _FLOAT + ("float32",)
 SWAP_AB_ROWS = 64  # static row counts up to this take the swap-AB program
-PANEL = 8  # the tile program's rasterization panel (T.use_swizzle)
+PANEL = 16  # the tile program's rasterization panel (T.use_swizzle)
 
 
 def _static(e):
@@ -50,24 +57,78 @@ def _shape(ty):
     return list(ty.shape.values)
 
 
-def _rows(dims):
-    """The product of all but the last axis: an int when static, else a PrimExpr."""
-    if all(_static(d) is not None for d in dims[:-1]):
+def _prod(dims):
+    """The product of `dims`: an int when all are static, else a PrimExpr."""
+    if all(_static(d) is not None for d in dims):
         m = 1
-        for d in dims[:-1]:
+        for d in dims:
             m *= _static(d)
         return m
-    m = dims[0]
-    for d in dims[1:-1]:
+    m = 1
+    for d in dims:
         m = m * d
     return m
 
 
+def _rows(dims):
+    """The product of all but the last axis: an int when static, else a PrimExpr."""
+    return _prod(dims[:-1])
+
+
+def _value(e, var2val):
+    """The expression a variable is bound to (through chains of variables), else `e`."""
+    while isinstance(e, relax.Var) and e in var2val:
+        e = var2val[e]
+    return e
+
+
+def _is(e, op):
+    return isinstance(e, relax.Call) and isinstance(e.op, tvm.ir.Op) and e.op.name == op
+
+
+class _Part:
+    """Part `index` of ``split(src, ..., axis)``: the columns [col0, col0 + cols) of `src` seen as a (rows,
+    src_cols) matrix (rows: the axes before the split axis, src_cols: the rest)."""
+
+    def __init__(self, src, rows, src_cols, col0, cols):
+        self.src, self.rows, self.src_cols, self.col0, self.cols = src, rows, src_cols, col0, cols
+
+    @staticmethod
+    def of(e, var2val):
+        """The part `e` is (a split's tuple item, maybe reshaped), else None."""
+        e = _value(e, var2val)
+        if _is(e, "relax.reshape"):
+            e = _value(e.args[0], var2val)
+        if not isinstance(e, relax.TupleGetItem):
+            return None
+        sp = _value(e.tuple_value, var2val)
+        sd = _shape(sp.args[0].ty) if _is(sp, "relax.split") else None
+        if sd is None or not isinstance(sp.ty, relax.TupleType):
+            return None
+        ax = int(sp.attrs.axis) % len(sd)
+        trailing = [_static(d) for d in sd[ax:]]
+        sizes = [_static(f.shape.values[ax]) if _shape(f) is not None else None for f in sp.ty.fields]
+        if None in trailing or None in sizes:
+            return None
+        inner = _prod(trailing[1:])
+        return _Part(sp.args[0], _prod(sd[:ax]), _prod(trailing), sum(sizes[:e.index]) * inner,
+                     sizes[e.index] * inner)
+
+
+def _same(a, b):
+    """Whether two sizes (int or PrimExpr) are provably equal."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return tvm.arith.Analyzer().can_prove_equal(tvm.tirx.const(a, "int64") if isinstance(a, int) else a,
+                                                tvm.tirx.const(b, "int64") if isinstance(b, int) else b)
+
+
 def _tile(n):
-    """(bn, stages, threads) of the warp-specialized GEMM tile (128 rows, bk 64) for N = `n`. Its blocks are
-    rasterized in panels of PANEL tile rows (L2 reuse of the weight): 0.79 -> 0.94 of cuBLAS at 2048 x 12288 x 4096
-    (benchmarks/README.md)."""
-    return (256, 3, 256) if n % 256 == 0 else (128, 4, 128)
+    """(bn, stages, threads, c_block) of the warp-specialized GEMM tile (128 rows, bk 64) for N = `n`. Its blocks are
+    rasterized in panels of PANEL tile rows (L2 reuse of the weight: 0.79 -> 0.94 of cuBLAS at 2048 x 12288 x 4096);
+    C leaves through a 128-column shared tile, which leaves room for a fourth stage (the Llama-7B prefill GEMMs,
+    cuBLAS / tilex: 0.958 -> 1.034 at N = K = 4096, 0.903 -> 0.958 with the residual add; benchmarks/README.md)."""
+    return (256, 4, 256, 128) if n % 256 == 0 else (128, 4, 128, 0)
 
 
 def _rows_arg(m):
@@ -90,6 +151,7 @@ class _Offloader:
         self.target = target
         self.ops = set(ops)
         self.kernels = {}  # (op, sizes) -> JITKernel
+        self.var2val = {}  # the function being rewritten: variable -> bound expression
 
     def kernel(self, key, make, name, out_idx=-1):
         k = self.kernels.get(key)
@@ -124,10 +186,11 @@ class _Offloader:
             kern = self.kernel(key, lambda: matmul_swap_ab(static_m, n, k, bm, bn, bk, st, 128, dtype=dtype,
                                                            trans_b=transposed), "gemm")
         else:
-            bn, st, th = _tile(n)
+            bn, st, th, cb = _tile(n)
             key = ("gemm", static_m, n, k, dtype, transposed)
             kern = self.kernel(key, lambda: matmul(_rows_arg(m), n, k, 128, bn, 64, st, th, dtype=dtype,
-                                                   trans_b=transposed, stage_c=True, swizzle=PANEL), "gemm")
+                                                   trans_b=transposed, stage_c=True, c_block=cb, swizzle=PANEL),
+                               "gemm")
         out = call_kernel(kern, [_flat(x, xd, m, k), w], [relax.TensorType([m, k], dtype), w.ty])
         return _unflat(out, xd, n)
 
@@ -144,10 +207,11 @@ class _Offloader:
             return call
         if isinstance(m, int) and m <= SWAP_AB_ROWS:  # decode rows: the swap-AB program has no epilogue yet
             return call
-        bn, st, th = _tile(n)
+        bn, st, th, cb = _tile(n)
         key = ("gemm_" + epilogue, m if isinstance(m, int) else None, n, k, dtype, transposed)
         kern = self.kernel(key, lambda: matmul_epilogue(_rows_arg(m), n, k, epilogue, 128, bn, 64, st, th, dtype=dtype,
-                                                        trans_b=transposed, swizzle=PANEL), "gemm_" + epilogue)
+                                                        trans_b=transposed, swizzle=PANEL, c_block=cb),
+                           "gemm_" + epilogue)
         out = call_kernel(kern, [_flat(x, xd, m, k), w, _flat(e, xd, m, n)],
                           [relax.TensorType([m, k], dtype), w.ty, relax.TensorType([m, n], dtype)])
         return _unflat(out, xd, n)
@@ -231,6 +295,96 @@ class _Offloader:
             return call
         return relax.TupleGetItem(call_kernel(kern, [q, k, v], [q.ty, k.ty, v.ty]), 0)
 
+    # -- rotary embedding and split parts
+    @staticmethod
+    def _rope_table(ud, cos, sin, d):
+        """How a (..., heads, d) tensor's rows index the cos / sin tables: (table rows, or None when there is one
+        table row per row), else False when the tables do not broadcast that way ((seq, 1, d)-style)."""
+        cd, sd = _shape(cos.ty), _shape(sin.ty)
+        if cd is None or sd is None or _dims_key(cd) != _dims_key(sd) or _static(cd[-1]) != d:
+            return False
+        if len(cd) >= 2 and _static(cd[-2]) != 1:
+            return False
+        lead = list(cd[:-2])
+        while lead and _static(lead[0]) == 1:
+            lead.pop(0)
+        rows = list(ud[:-2])
+        if len(lead) > len(rows) or _dims_key(lead) != _dims_key(rows[len(rows) - len(lead):]):
+            return False
+        if all(_static(r) == 1 for r in rows[:len(rows) - len(lead)]):
+            return None
+        n = _prod(lead)
+        return n if isinstance(n, int) else False
+
+    def rope(self, u, cos, sin, halves, cat, call):
+        """``u * cos + concat([-u2, u1]) * sin`` (``u1, u2 = halves``) as one tilex kernel; u is read in place when
+        it is a part of a split."""
+        ud = _shape(u.ty)
+        dtype = u.ty.dtype
+        if ud is None or len(ud) < 3 or dtype not in _FLOAT or call.ty.dtype != dtype:
+            return call
+        if cos.ty.dtype != dtype or sin.ty.dtype != dtype:
+            return call
+        h, d = _static(ud[-2]), _static(ud[-1])
+        last = len(ud) - 1
+        if h is None or d is None or d % 2:
+            return call
+        if int(halves.attrs.axis) % len(ud) != last or int(cat.attrs.axis) % len(ud) != last:
+            return call
+        if [_static(f.shape.values[-1]) for f in halves.ty.fields] != [d // 2, d // 2]:
+            return call
+        table = self._rope_table(ud, cos, sin, d)
+        if table is False:
+            return call
+        m = _prod(ud[:-2])
+        part = _Part.of(u, self.var2val)
+        if part is not None and part.cols == h * d and _same(part.rows, m):
+            x, src_cols, col0 = relax.op.reshape(part.src, relax.ShapeExpr([m, part.src_cols])), part.src_cols, \
+                part.col0
+        else:
+            x, src_cols, col0 = relax.op.reshape(u, relax.ShapeExpr([m, h * d])), h * d, 0
+        t_rows = m if table is None else table
+        key = ("rope", m if isinstance(m, int) else None, h, d, src_cols, col0, table, dtype)
+        kern = self.kernel(key, lambda: rope_kernel(_rows_arg(m), h, d, src_cols, col0, table, dtype=dtype), "rope")
+        mat = relax.TensorType([m, src_cols], dtype)
+        tab = relax.TensorType([t_rows, d], dtype)
+        out = call_kernel(kern, [x, relax.op.reshape(cos, relax.ShapeExpr([t_rows, d])),
+                                 relax.op.reshape(sin, relax.ShapeExpr([t_rows, d]))], [mat, tab, tab])
+        return relax.op.reshape(out, relax.ShapeExpr(ud))
+
+    def split_part(self, item):
+        """A split's tuple item as a copy of its column range (one kernel per part, reading only that part)."""
+        part = _Part.of(item, self.var2val)
+        dtype = getattr(item.ty, "dtype", None)
+        if part is None or dtype not in _COPYABLE or _shape(item.ty) is None:
+            return item
+        m = part.rows
+        key = ("split", m if isinstance(m, int) else None, part.cols, part.src_cols, part.col0, dtype)
+        kern = self.kernel(key, lambda: column_slice_kernel(_rows_arg(m), part.cols, part.src_cols, part.col0,
+                                                            dtype=dtype), "split")
+        x = relax.op.reshape(part.src, relax.ShapeExpr([m, part.src_cols]))
+        out = call_kernel(kern, [x], [relax.TensorType([m, part.src_cols], dtype)])
+        return relax.op.reshape(out, relax.ShapeExpr(_shape(item.ty)))
+
+    def _rope_and_splits(self, func):
+        if "rope" in self.ops:
+            u, cos, sin = wildcard(), wildcard(), wildcard()
+            halves = is_op("relax.split")(u)
+            cat = is_op("relax.concat")(is_tuple([is_op("relax.negative")(is_tuple_get_item(halves, 1)),
+                                                  is_tuple_get_item(halves, 0)]))
+            ucos = is_op("relax.multiply")(u, cos) | is_op("relax.multiply")(cos, u)
+            rsin = is_op("relax.multiply")(cat, sin) | is_op("relax.multiply")(sin, cat)
+            pat = is_op("relax.add")(ucos, rsin) | is_op("relax.add")(rsin, ucos)
+            self.var2val = relax.analysis.get_var2val(func)
+            func = rewrite_call(pat, lambda call, m: self.rope(m[u], m[cos], m[sin], m[halves], m[cat], call), func)
+            func = relax.analysis.remove_all_unused(func)
+        if "split" in self.ops:
+            self.var2val = relax.analysis.get_var2val(func)
+            func = rewrite_call(is_tuple_get_item(is_op("relax.split")(wildcard())),
+                                lambda item, m: self.split_part(item), func)
+            func = relax.analysis.remove_all_unused(func)
+        return func
+
     # -- the rewrite
     def _fused(self, func):
         """The epilogue patterns (before the plain matmul one takes their GEMMs)."""
@@ -286,11 +440,40 @@ class _Offloader:
         if "softmax" in self.ops:
             x = wildcard()
             func = rewrite_call(is_op("relax.nn.softmax")(x), lambda call, mm: self.softmax(mm[x], call), func)
+        func = self._rope_and_splits(func)
         if "attention" in self.ops:
             q, k, v = wildcard(), wildcard(), wildcard()
             func = rewrite_call(is_op("relax.nn.attention")(q, k, v),
                                 lambda call, mm: self.attention(mm[q], mm[k], mm[v], call), func)
+        return _output_reshapes_as_views(func)
+
+
+def _output_reshapes_as_views(func):
+    """`func` with each dataflow output that reshapes a tilex kernel's result bound as a view of it: TVM turns a
+    reshape into a view only inside a dataflow block and copies one that leaves it (a 25 us kernel for the
+    Llama-7B block's 2048 x 4096 output), while a kernel's output is a fresh tensor nothing else holds."""
+    var2val = relax.analysis.get_var2val(func)
+
+    def fresh(e):
+        return _is(_value(e, var2val), "relax.call_dps_packed")
+
+    if not isinstance(func.body, relax.SeqExpr):
         return func
+    blocks, changed = [], False
+    for block in func.body.blocks:
+        bindings = list(block.bindings)
+        if isinstance(block, relax.DataflowBlock):
+            for i, b in enumerate(bindings):
+                if isinstance(b, relax.VarBinding) and not isinstance(b.var, relax.DataflowVar) and \
+                        _is(b.value, "relax.reshape") and fresh(b.value.args[0]):
+                    bindings[i] = relax.VarBinding(b.var, relax.op.memory.view(b.value.args[0], b.value.args[1]))
+                    changed = True
+            block = relax.DataflowBlock(bindings)
+        blocks.append(block)
+    if not changed:
+        return func
+    return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
+                          func.attrs)
 
 
 def _dims_key(dims):
