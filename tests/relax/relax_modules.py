@@ -128,3 +128,18 @@ def split_parts():
             return (a, b, c)
 
     return Mod
+
+
+def kv_append():
+    """A (b, 300, 4, 64) cache and one new token's (b, 1, 4, 64) concatenated along the sequence axis."""
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(cache: R.Tensor(("b", 300, 4, 64), "float16"), new: R.Tensor(("b", 1, 4, 64), "float16")):
+            with R.dataflow():
+                y = R.concat((cache, new), axis=1)
+                R.output(y)
+            return y
+
+    return Mod

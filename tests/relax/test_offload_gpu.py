@@ -100,3 +100,12 @@ def test_offloaded_split_parts():
         want = torch.relu(x.view(n, 6, 64)).split([1, 3, 2], dim=1)
         for g, w in zip(got, want):
             torch.testing.assert_close(g, w)
+
+
+def test_offloaded_kv_append():
+    vm = _vm(tr.offload(relax_modules.kv_append()))
+    for b in (1, 3):
+        cache = torch.randn(b, 300, 4, 64, device="cuda", dtype=torch.float16)
+        new = torch.randn(b, 1, 4, 64, device="cuda", dtype=torch.float16)
+        got = torch.from_dlpack(vm["main"](tvm.runtime.from_dlpack(cache), tvm.runtime.from_dlpack(new)))
+        torch.testing.assert_close(got, torch.cat([cache, new], 1))

@@ -1,7 +1,6 @@
-"""Rotary position embedding (the rotate-half form: ``u * cos + cat(-u2, u1) * sin``) and plain column slices of a
-row-major matrix, both reading a column range of a wider matrix: the q / k / v parts of a fused QKV projection's
-output are read in place, without a split kernel first. Used by tilex.relax's offload (RoPE and split patterns).
-"""
+"""Rotary position embedding (the rotate-half form: ``u * cos + cat(-u2, u1) * sin``) over a column range of a
+wider row-major matrix: the q / k parts of a fused QKV projection's output are read in place, without a split
+kernel first. Used by tilex.relax's offload (the RoPE pattern)."""
 import tilex.language as T
 
 
@@ -36,18 +35,3 @@ def rope_kernel(M, heads, dim, src_cols=None, col0=0, cos_rows=None, threads=128
                                                   u1 * T.Cast("float32", Sin[c, half + j]))
 
     return rope
-
-
-def column_slice_kernel(M, cols, src_cols, col0, threads=128, dtype="float16"):
-    """Y = X[:, col0 : col0 + cols] (X is (M, src_cols)): one part of a split along a trailing axis."""
-    if not 0 <= col0 <= src_cols - cols:
-        raise ValueError(f"column_slice: columns [{col0}, {col0 + cols}) are not inside a source of {src_cols} "
-                         "columns")
-
-    @T.prim_func
-    def column_slice(X: T.Tensor((M, src_cols), dtype), Y: T.Tensor((M, cols), dtype)):
-        with T.Kernel(M, threads=threads) as r:
-            for j in T.Parallel(cols):
-                Y[r, j] = X[r, col0 + j]
-
-    return column_slice

@@ -22,7 +22,10 @@ Patterns (fp16 / bf16, static trailing sizes):
   over the last axis of a (..., heads, dim) tensor, cos / sin one (seq, 1, dim)-style table: one kernel, which
   reads u in place when u is a part of a split (the q / k of a fused QKV projection's output);
 * each part of a ``split`` (possibly reshaped) as a copy of its column range (the v of a fused QKV projection; TVM
-  schedules a split as one slow kernel per part).
+  schedules a split as one slow kernel per part), and ``concat((a, b), axis)`` as one copy kernel (a KV-cache
+  append).
+
+One query row per sequence (decode) takes the split-KV decoding programs instead of the FlashAttention one.
 """
 from __future__ import annotations
 
@@ -31,16 +34,18 @@ from tvm import relax, tirx
 from tvm.relax.dpl import is_op, is_tuple, is_tuple_get_item, rewrite_call, wildcard
 
 from tilex import env
+from tilex.kernels.attention.decode import choose_num_splits, decode_combine, decode_split
 from tilex.kernels.attention.forward import mha_forward
 from tilex.kernels.gemm import matmul, matmul_epilogue, matmul_swap_ab
 from tilex.kernels.norms import layernorm_kernel, rmsnorm_kernel
-from tilex.kernels.rope import column_slice_kernel, rope_kernel
+from tilex.kernels.copies import column_slice_kernel, concat_kernel
+from tilex.kernels.rope import rope_kernel
 from tilex.kernels.softmax import softmax_kernel
 from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
 
 __all__ = ["offload", "OffloadToTilex", "OPS"]
 
-OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split")
+OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split", "concat")
 _FLOAT = ("float16", "bfloat16")
 _COPYABLE = _FLOAT + ("float32",)
 SWAP_AB_ROWS = 64  # static row counts up to this take the swap-AB program
@@ -286,6 +291,8 @@ class _Offloader:
             return call
         causal = a.causal_mask == "TopLeft"
         scale = float(a.scale.value) if a.scale is not None else None
+        if s == 1 and not causal and h // hk <= 64:
+            return self.attention_decode(q, k, v, b, h, hk, sk, d, scale)
         key = ("attention", b, s, h, sk, hk, d, causal, scale, q.ty.dtype)
         try:
             kern = self.kernel(key, lambda: mha_forward(b, h, s, d, causal, seq_kv=sk, heads_kv=hk, layout="bshd",
@@ -295,7 +302,22 @@ class _Offloader:
             return call
         return relax.TupleGetItem(call_kernel(kern, [q, k, v], [q.ty, k.ty, v.ty]), 0)
 
-    # -- rotary embedding and split parts
+    def attention_decode(self, q, k, v, b, h, hk, sk, d, scale):
+        """One query per sequence: the split-KV decoding programs (flash-decoding), the cache cut into chunks
+        that fill the multiprocessors, then their combination."""
+        dtype = q.ty.dtype
+        ns = choose_num_splits(b, hk, sk)
+        split = self.kernel(("decode_split", b, h, hk, sk, d, ns, scale, dtype),
+                            lambda: decode_split(b, h, hk, sk, d, ns, scale, dtype), "decode_split", out_idx=[3, 4])
+        combine = self.kernel(("decode_combine", b, h, d, ns, dtype), lambda: decode_combine(b, h, d, ns, dtype),
+                              "decode_combine", out_idx=[2])
+        q3 = relax.TensorType([b, h, d], dtype)
+        parts = call_kernel(split, [relax.op.reshape(q, relax.ShapeExpr([b, h, d])), k, v], [q3, k.ty, v.ty])
+        types = [relax.TensorType([b, h, ns, d], "float32"), relax.TensorType([b, h, ns], "float32")]
+        out = call_kernel(combine, [relax.TupleGetItem(parts, 0), relax.TupleGetItem(parts, 1)], types)
+        return relax.op.reshape(out, relax.ShapeExpr([b, 1, h, d]))
+
+    # -- rotary embedding, split parts, concatenation
     @staticmethod
     def _rope_table(ud, cos, sin, d):
         """How a (..., heads, d) tensor's rows index the cos / sin tables: (table rows, or None when there is one
@@ -366,6 +388,26 @@ class _Offloader:
         out = call_kernel(kern, [x], [relax.TensorType([m, part.src_cols], dtype)])
         return relax.op.reshape(out, relax.ShapeExpr(_shape(item.ty)))
 
+    def concat(self, a, b, call):
+        """``concat((a, b), axis)`` as one copy kernel over the (rows, columns) views: rows are the axes before
+        `axis`, columns the rest (a KV cache and its new tokens along the sequence axis)."""
+        ad, bd, od = _shape(a.ty), _shape(b.ty), _shape(call.ty)
+        dtype = getattr(call.ty, "dtype", None)
+        if None in (ad, bd, od) or dtype not in _COPYABLE or a.ty.dtype != dtype or b.ty.dtype != dtype:
+            return call
+        ax = int(call.attrs.axis) % len(od)
+        ca, cb = (_prod([_static(x) for x in dims[ax:]]) if None not in [_static(x) for x in dims[ax:]] else None
+                  for dims in (ad, bd))
+        if ca is None or cb is None or not ca or not cb:
+            return call
+        m = _prod(od[:ax])
+        key = ("concat", m if isinstance(m, int) else None, ca, cb, dtype)
+        kern = self.kernel(key, lambda: concat_kernel(_rows_arg(m), ca, cb, dtype=dtype), "concat")
+        out = call_kernel(kern, [relax.op.reshape(a, relax.ShapeExpr([m, ca])),
+                                 relax.op.reshape(b, relax.ShapeExpr([m, cb]))],
+                          [relax.TensorType([m, ca], dtype), relax.TensorType([m, cb], dtype)])
+        return relax.op.reshape(out, relax.ShapeExpr(od))
+
     def _rope_and_splits(self, func):
         if "rope" in self.ops:
             u, cos, sin = wildcard(), wildcard(), wildcard()
@@ -378,6 +420,10 @@ class _Offloader:
             self.var2val = relax.analysis.get_var2val(func)
             func = rewrite_call(pat, lambda call, m: self.rope(m[u], m[cos], m[sin], m[halves], m[cat], call), func)
             func = relax.analysis.remove_all_unused(func)
+        if "concat" in self.ops:
+            a, b = wildcard(), wildcard()
+            func = rewrite_call(is_op("relax.concat")(is_tuple([a, b])),
+                                lambda call, m: self.concat(m[a], m[b], call), func)
         if "split" in self.ops:
             self.var2val = relax.analysis.get_var2val(func)
             func = rewrite_call(is_tuple_get_item(is_op("relax.split")(wildcard())),
