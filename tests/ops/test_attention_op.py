@@ -51,3 +51,40 @@ def test_attention_op_tune_picks_a_candidate_and_matches_sdpa():
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-2, rtol=1e-2)
     chosen = [cfg for key, cfg in forward._tuned.items() if key[3] == 1024 and key[6]]
     assert chosen and chosen[0] in forward.TUNE_CANDIDATES[128]
+
+
+def test_the_operators_are_registered_with_fake_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        q = torch.empty(2, 300, 8, 64, dtype=torch.float16)
+        k = v = torch.empty(2, 300, 2, 64, dtype=torch.float16)
+        o, lse = torch.ops.tilex.attention_fwd(q, k, v, True, None, "bshd", [])
+        assert o.shape == q.shape and lse.shape == (2, 8, 300) and lse.dtype == torch.float32
+        dq, dk, dv = torch.ops.tilex.attention_bwd(q, k, v, o, o, lse, True, None)
+        assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
+@gpu
+def test_compiled_training_step_matches_eager_sdpa():
+    """torch.compile(fullgraph=True) over a function using the attention operator and its backward."""
+    torch.manual_seed(0)
+    w = torch.randn(64, 384, device="cuda", dtype=torch.float16, requires_grad=True)
+
+    def step(x, use_tilex):
+        q, k, v = ((x @ w).view(2, 256, 3, 2, 64).unbind(2))
+        q, k, v = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        if use_tilex:
+            o = tilex.ops.attention(q, k, v, causal=True)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return o.float().square().mean()
+
+    compiled = torch.compile(lambda x: step(x, True), fullgraph=True)
+    x = torch.randn(2, 256, 64, device="cuda", dtype=torch.float16)
+    loss = compiled(x)
+    (g,) = torch.autograd.grad(loss, (w,))
+    ref = step(x, False)
+    (g_ref,) = torch.autograd.grad(ref, (w,))
+    torch.testing.assert_close(loss, ref, atol=1e-3, rtol=1e-2)
+    torch.testing.assert_close(g.float(), g_ref.float(), atol=2e-2 * g_ref.float().abs().max().item(), rtol=2e-2)
