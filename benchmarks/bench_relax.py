@@ -2,8 +2,9 @@
 
     python benchmarks/bench_relax.py [--context 2048] [--seq 2048] [--small]
 
-The block and the checks are examples/llama_block_relax.py's; times are `tilex.autotuner.do_bench` medians (L2
-flushed) of one call of the compiled function (Relax VM) or of the eager block.
+The block and the checks are examples/llama_block_relax.py's; times are the best of 5 alternating rounds of
+`tilex.autotuner.do_bench` medians (L2 flushed) of one call of the compiled function (Relax VM) or of the eager
+block.
 """
 import argparse
 import os
