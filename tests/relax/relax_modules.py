@@ -143,3 +143,26 @@ def kv_append():
             return y
 
     return Mod
+
+
+def mlp_bias_act():
+    """A GPT-style MLP: linear with bias -> GELU -> linear with bias -> + residual, then a linear with bias ->
+    ReLU, and a linear -> SiLU without bias; rows symbolic."""
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor(("n", 256), "float16"), w1: R.Tensor((1024, 256), "float16"),
+                 b1: R.Tensor((1024,), "float16"), w2: R.Tensor((256, 1024), "float16"),
+                 b2: R.Tensor((256,), "float16"), w3: R.Tensor((256, 512), "float16"),
+                 b3: R.Tensor((1, 512), "float16")):
+            with R.dataflow():
+                h = R.nn.gelu(R.add(R.matmul(x, R.permute_dims(w1, axes=[1, 0])), b1))
+                y = R.add(R.matmul(h, R.permute_dims(w2, axes=[1, 0])), b2)
+                r = R.add(x, y)
+                z = R.nn.relu(R.add(b3, R.matmul(r, w3)))
+                u = R.nn.silu(R.matmul(r, w3))
+                R.output(z, u)
+            return (z, u)
+
+    return Mod

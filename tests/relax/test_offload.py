@@ -32,9 +32,10 @@ def test_offload_rewrites_norm_linear_softmax():
     mod = tr.offload(relax_modules.norm_linear_softmax_linear(), target="sm_90a")
     names = _op_names(mod["main"])
     assert not {"relax.matmul", "relax.nn.rms_norm", "relax.nn.softmax", "relax.permute_dims"} & set(names)
-    assert "relax.nn.relu" in names  # left to TVM
+    assert "relax.nn.relu" not in names  # in the last GEMM's epilogue
     symbols = _packed(mod["main"])
     assert [s.split("_")[1] for s in symbols] == ["rms", "gemm", "softmax", "gemm"]
+    assert symbols[-1].startswith("tilex_gemm_relu_")
     assert len(set(symbols)) == 4
     ext = mod.attrs["external_mods"]
     assert len(ext) == 4 and all(any(m.implements_function(s) for m in ext) for s in symbols)
@@ -125,3 +126,13 @@ def test_concat_of_two_becomes_one_copy_kernel():
 def test_rope_and_split_can_be_left_out():
     mod = tr.offload(relax_modules.split_parts(), target="sm_90a", ops=[o for o in tr.OPS if o != "split"])
     assert "relax.split" in _op_names(mod["main"])
+
+
+def test_bias_and_activation_ride_in_the_gemm():
+    mod = tr.offload(relax_modules.mlp_bias_act(), target="sm_90a")
+    main = mod["main"]
+    ops = set(_op_names(main))
+    assert not ops & {"relax.matmul", "relax.nn.gelu", "relax.nn.relu", "relax.nn.silu", "relax.permute_dims"}
+    assert "relax.add" in ops  # the residual over a biased GEMM stays with TVM
+    assert [s.split("_")[2] for s in _packed(main)] == ["gelu", "bias", "relu", "silu"]
+    tvm.compile(mod, target=tilex.env.resolve_target("sm_90a"))

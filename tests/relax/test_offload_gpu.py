@@ -109,3 +109,23 @@ def test_offloaded_kv_append():
         new = torch.randn(b, 1, 4, 64, device="cuda", dtype=torch.float16)
         got = torch.from_dlpack(vm["main"](tvm.runtime.from_dlpack(cache), tvm.runtime.from_dlpack(new)))
         torch.testing.assert_close(got, torch.cat([cache, new], 1))
+
+
+def test_offloaded_bias_and_activations():
+    F = torch.nn.functional
+    vm = _vm(tr.offload(relax_modules.mlp_bias_act()))
+    g = torch.Generator(device="cuda").manual_seed(0)
+
+    def rnd(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g, device="cuda") * scale).half()
+
+    w1, b1, w2, b2 = rnd(1024, 256, scale=1 / 16), rnd(1024), rnd(256, 1024, scale=1 / 32), rnd(256)
+    w3, b3 = rnd(256, 512, scale=1 / 16), rnd(1, 512)
+    for n in (1, 77, 300):
+        x = rnd(n, 256)
+        h = F.gelu(F.linear(x.float(), w1.float(), b1.float()))
+        r = x.float() + F.linear(h.half().float(), w2.float(), b2.float()).half().float()
+        z, u = vm["main"](*[tvm.runtime.from_dlpack(t) for t in (x, w1, b1, w2, b2, w3, b3)])
+        mm = r.half().float() @ w3.float()
+        torch.testing.assert_close(torch.from_dlpack(z).float(), torch.relu(mm + b3.float()), rtol=2e-2, atol=3e-2)
+        torch.testing.assert_close(torch.from_dlpack(u).float(), F.silu(mm), rtol=2e-2, atol=3e-2)

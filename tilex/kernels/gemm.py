@@ -58,6 +58,38 @@ def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128, dtype="flo
 
 
 EPILOGUES = ("add", "silu_mul")
+#: activations of :func:`matmul_bias_act` (None: the bias alone)
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+def _mainloop(K, bm, bn, bk, num_stages, trans_b):
+    """C_l = A @ B (B^T when `trans_b`) over K for block (bx, by): the pipelined loop the epilogue programs share."""
+
+    @T.macro
+    def mainloop(A, B, A_s, B_s, C_l, bx, by):
+        T.clear(C_l)
+        for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
+            T.copy(A[by * bm, k * bk], A_s)
+            T.copy(_b_tile(B, k, bx, bk, bn, trans_b), B_s)
+            T.gemm(A_s, B_s, C_l, transpose_B=trans_b)
+
+    return mainloop
+
+
+def _store(bm, bn, cb):
+    """C_l -> C through the shared tile C_s ((bm, cb): in column blocks when cb < bn), one TMA store each."""
+
+    @T.macro
+    def store(C_l, C_s, C, bx, by):
+        if cb < bn:
+            for j in T.unroll(bn // cb):
+                T.copy(C_l[0:bm, j * cb:(j + 1) * cb], C_s)
+                T.copy(C_s, C[by * bm, bx * bn + j * cb])
+        else:
+            T.copy(C_l, C_s)
+            T.copy(C_s, C[by * bm, bx * bn])
+
+    return store
 
 
 def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3, threads=256, dtype="float16",
@@ -71,6 +103,7 @@ def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3
     b_shape, bs_shape = _b_shapes(N, K, bn, bk, trans_b)
     cw = 64 if bn % 64 == 0 else bn
     cb = c_block if 0 < c_block < bn else bn
+    mainloop, store = _mainloop(K, bm, bn, bk, num_stages, trans_b), _store(bm, bn, cb)
 
     @T.prim_func
     def main(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), E: T.Tensor((M, N), dtype),
@@ -82,11 +115,7 @@ def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3
             B_s = T.alloc_shared(bs_shape, dtype)
             C_l = T.alloc_fragment((bm, bn), accum)
             C_s = T.alloc_shared((bm, cb), dtype)
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=num_stages):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(_b_tile(B, k, bx, bk, bn, trans_b), B_s)
-                T.gemm(A_s, B_s, C_l, transpose_B=trans_b)
+            mainloop(A, B, A_s, B_s, C_l, bx, by)
             # E in blocks of `cw` columns, each copied into registers before it is used: the loads of a block are
             # issued together (one element at a time, each load's latency was paid in turn: silu_mul at
             # 2048 x 11008 x 4096 took 416 us against 336 us in blocks, the GEMM alone 282 us)
@@ -99,15 +128,70 @@ def matmul_epilogue(M, N, K, epilogue="add", bm=128, bn=256, bk=64, num_stages=3
                     else:
                         C_l[i, c * cw + j] = C_l[i, c * cw + j] * T.Cast(accum, E_l[i, j]) * T.sigmoid(
                             T.Cast(accum, E_l[i, j]))
-            if cb < bn:
-                for j in T.unroll(bn // cb):
-                    T.copy(C_l[0:bm, j * cb:(j + 1) * cb], C_s)
-                    T.copy(C_s, C[by * bm, bx * bn + j * cb])
-            else:
-                T.copy(C_l, C_s)
-                T.copy(C_s, C[by * bm, bx * bn])
+            store(C_l, C_s, C, bx, by)
 
     return main
+
+
+def _activate(x, act):
+    """`act` of the float32 expression `x` (see ACTIVATIONS); GELU exact (erf) or with the tanh approximation."""
+    if act is None:
+        return x
+    if act == "relu":
+        return T.max(x, T.float32(0))
+    if act == "silu":
+        return x * T.sigmoid(x)
+    if act == "gelu":
+        return T.float32(0.5) * x * (T.float32(1) + T.erf(x * T.float32(0.7071067811865476)))
+    return T.float32(0.5) * x * (T.float32(1) + T.tanh(T.float32(0.7978845608028654) *
+                                                      (x + T.float32(0.044715) * x * x * x)))
+
+
+def matmul_bias_act(M, N, K, bias=True, act=None, bm=128, bn=256, bk=64, num_stages=3, threads=256,
+                    dtype="float16", accum="float32", trans_b=False, swizzle=0, c_block=0):
+    """C = act(A @ B + bias) (a linear layer with its bias and activation): `bias` a (N,) vector, staged in shared
+    memory per block (without it, C = act(A @ B)); `act` one of ACTIVATIONS. Tiles and C's way out as
+    :func:`matmul_epilogue`."""
+    if act not in ACTIVATIONS:
+        raise ValueError(f"matmul_bias_act: act must be one of {ACTIVATIONS}, got {act!r}")
+    if not bias and act is None:
+        raise ValueError("matmul_bias_act: neither a bias nor an activation; use matmul")
+    b_shape, bs_shape = _b_shapes(N, K, bn, bk, trans_b)
+    cb = c_block if 0 < c_block < bn else bn
+    mainloop, store = _mainloop(K, bm, bn, bk, num_stages, trans_b), _store(bm, bn, cb)
+
+    @T.prim_func
+    def with_bias(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), Bias: T.Tensor((N,), dtype),
+                  C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if swizzle > 0:
+                T.use_swizzle(swizzle)
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_l = T.alloc_fragment((bm, bn), accum)
+            C_s = T.alloc_shared((bm, cb), dtype)
+            Bias_s = T.alloc_shared((bn,), dtype)
+            T.copy(Bias[bx * bn], Bias_s)
+            mainloop(A, B, A_s, B_s, C_l, bx, by)
+            for i, j in T.Parallel(bm, bn):
+                C_l[i, j] = _activate(C_l[i, j] + T.Cast(accum, Bias_s[j]), act)
+            store(C_l, C_s, C, bx, by)
+
+    @T.prim_func
+    def no_bias(A: T.Tensor((M, K), dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            if swizzle > 0:
+                T.use_swizzle(swizzle)
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared(bs_shape, dtype)
+            C_l = T.alloc_fragment((bm, bn), accum)
+            C_s = T.alloc_shared((bm, cb), dtype)
+            mainloop(A, B, A_s, B_s, C_l, bx, by)
+            for i, j in T.Parallel(bm, bn):
+                C_l[i, j] = _activate(C_l[i, j], act)
+            store(C_l, C_s, C, bx, by)
+
+    return with_bias if bias else no_bias
 
 
 def matmul_splitk(M, N, K, bm=64, bn=128, bk=64, num_stages=4, threads=128, split_k=4, dtype="float16",

@@ -12,6 +12,9 @@ Patterns (fp16 / bf16, static trailing sizes):
   program, others the warp-specialized tile program;
 * ``nn.rms_norm(x, w)``, ``nn.layer_norm(x, w, b)`` (with both scale and shift) and ``nn.softmax(x)`` over the
   last axis;
+* ``act(add(matmul(...), bias))``, ``act(matmul(...))`` and ``add(matmul(...), bias)`` (a linear layer's bias
+  vector and activation: relu, gelu, gelu_tanh, silu) at more than ``SWAP_AB_ROWS`` rows: one GEMM with that
+  epilogue;
 * ``add(r, matmul(...))`` (a residual connection) and ``multiply(nn.silu(matmul(x, wg)), matmul(x, wu))`` (a
   SwiGLU MLP) with the matmuls as above, at more than ``SWAP_AB_ROWS`` rows: one GEMM whose epilogue adds the residual
   / multiplies by silu of the gate GEMM's output (a matmul result with another use is computed again there; the
@@ -36,7 +39,7 @@ from tvm.relax.dpl import is_op, is_tuple, is_tuple_get_item, rewrite_call, wild
 from tilex import env
 from tilex.kernels.attention.decode import choose_num_splits, decode_combine, decode_split
 from tilex.kernels.attention.forward import mha_forward
-from tilex.kernels.gemm import matmul, matmul_epilogue, matmul_swap_ab
+from tilex.kernels.gemm import matmul, matmul_bias_act, matmul_epilogue, matmul_swap_ab
 from tilex.kernels.norms import layernorm_kernel, rmsnorm_kernel
 from tilex.kernels.copies import column_slice_kernel, concat_kernel
 from tilex.kernels.rope import rope_kernel
@@ -45,6 +48,9 @@ from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
 
 __all__ = ["offload", "OffloadToTilex", "OPS"]
 
+#: Relax activation operators a GEMM epilogue applies (kernels/gemm.py: matmul_bias_act)
+ACTIVATIONS = {"relax.nn.relu": "relu", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh",
+               "relax.nn.silu": "silu"}
 OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split", "concat")
 _FLOAT = ("float16", "bfloat16")
 _COPYABLE = _FLOAT + ("float32",)
@@ -220,6 +226,31 @@ class _Offloader:
         out = call_kernel(kern, [_flat(x, xd, m, k), w, _flat(e, xd, m, n)],
                           [relax.TensorType([m, k], dtype), w.ty, relax.TensorType([m, n], dtype)])
         return _unflat(out, xd, n)
+
+    def gemm_bias_act(self, x, w, transposed, bias, act, mm_call, call):
+        """act(x @ w (w^T) + bias) (`bias` None: act(x @ w)) as one GEMM with that epilogue, replacing `call`;
+        the bias must be a vector over the output's last axis ((n,), or (1, ..., 1, n))."""
+        sizes = self.gemm_sizes(x, w, transposed, mm_call)
+        if sizes is None:
+            return call
+        xd, m, n, k, dtype = sizes
+        if isinstance(m, int) and m <= SWAP_AB_ROWS:  # decode rows: the swap-AB program has no epilogue yet
+            return call
+        if bias is not None:
+            bd = _shape(bias.ty)
+            if bd is None or bias.ty.dtype != dtype or _static(bd[-1]) != n or \
+                    any(_static(d) != 1 for d in bd[:-1]):
+                return call
+        bn, st, th, cb = _tile(n)
+        key = ("gemm_bias_act", m if isinstance(m, int) else None, n, k, dtype, transposed, bias is not None, act)
+        kern = self.kernel(key, lambda: matmul_bias_act(_rows_arg(m), n, k, bias is not None, act, 128, bn, 64, st,
+                                                        th, dtype=dtype, trans_b=transposed, swizzle=PANEL,
+                                                        c_block=cb), "gemm_" + (act or "bias"))
+        args, types = [_flat(x, xd, m, k), w], [relax.TensorType([m, k], dtype), w.ty]
+        if bias is not None:
+            args.append(relax.op.reshape(bias, relax.ShapeExpr([n])))
+            types.append(relax.TensorType([n], dtype))
+        return _unflat(call_kernel(kern, args, types), xd, n)
 
     def swiglu(self, xg, wg, tg, mm_g, xu, wu, tu, mm_u, call):
         """silu(x @ wg^T) * (x @ wu^T): the gate GEMM, then the up GEMM with the silu-multiply epilogue."""
@@ -452,12 +483,23 @@ class _Offloader:
             return self.swiglu(*operands(m, g_ops), m[g_pat], *operands(m, u_ops), m[u_pat], call)
 
         func = rewrite_call(swiglu, on_swiglu, func)
-        for left in (True, False):
+        for op, act in ACTIVATIONS.items():  # act(x @ w + bias), then act(x @ w)
+            b_ops, b_pat = mm()
+            bias = wildcard()
+            pat = is_op(op)(is_op("relax.add")(b_pat, bias) | is_op("relax.add")(bias, b_pat))
+            func = rewrite_call(pat, lambda call, m, b_ops=b_ops, b_pat=b_pat, bias=bias, act=act: self.gemm_bias_act(
+                *operands(m, b_ops), m[bias], act, m[b_pat], call), func)
+            a_ops, a_pat = mm()
+            func = rewrite_call(is_op(op)(a_pat), lambda call, m, a_ops=a_ops, a_pat=a_pat, act=act:
+                                self.gemm_bias_act(*operands(m, a_ops), None, act, m[a_pat], call), func)
+        for left in (True, False):  # a residual (M, N) or a bias (N,) added
             r_ops, r_pat = mm()
             res = wildcard()
             pat = is_op("relax.add")(res, r_pat) if left else is_op("relax.add")(r_pat, res)
 
             def on_add(call, m, r_ops=r_ops, r_pat=r_pat, res=res):
+                if _is_bias(_shape(m[res].ty), _shape(m[r_pat].ty)):
+                    return self.gemm_bias_act(*operands(m, r_ops), m[res], None, m[r_pat], call)
                 return self.gemm_epilogue("add", *operands(m, r_ops), m[res], m[r_pat], call)
 
             func = rewrite_call(pat, on_add, func)
@@ -492,6 +534,14 @@ class _Offloader:
             func = rewrite_call(is_op("relax.nn.attention")(q, k, v),
                                 lambda call, mm: self.attention(mm[q], mm[k], mm[v], call), func)
         return _output_reshapes_as_views(func)
+
+
+def _is_bias(ed, od):
+    """Whether an operand of dimensions `ed` added to a result of dimensions `od` is a vector over its last axis
+    ((n,) or (1, ..., 1, n)) rather than a whole operand of the result's shape."""
+    if ed is None or od is None or not ed:
+        return False
+    return all(_static(d) == 1 for d in ed[:-1]) and _dims_key(ed) != _dims_key(od)
 
 
 def _output_reshapes_as_views(func):
