@@ -18,9 +18,9 @@ from . import dtypes  # noqa: E402  (torch-free; the torch-side helpers are tile
 from . import jit  # noqa: E402  (the package; calling it is the @tilex.jit decorator)
 from .jit import JITKernel, TilexCompileError, TilexPerformanceWarning, compile  # noqa: E402,A004
 from .jit.export import ExportError  # noqa: E402
-from .jit.kernel import load  # noqa: E402
 from .jit.torch_op import custom_op  # noqa: E402
 from .autotuner import autotune, AutoTuner  # noqa: E402
+from .autotuner.dispatch import load  # noqa: E402
 from .ir.source import TileScriptError  # noqa: E402
 from .op.base import LayoutConflictError, TileOpError  # noqa: E402
 

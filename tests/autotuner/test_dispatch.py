@@ -185,3 +185,15 @@ def test_a_dynamic_size_compiles_in_worker_processes():
     report = t.compile(T.dynamic("m"), 256, 128)
     assert report.mode == "process" and [r.status for r in report.results] == ["compiled", "compiled"]
     assert "int m)" in report.results[0].kernel.get_kernel_source()
+
+
+def test_launch_shape_json_round_trip(shapes):
+    import json
+
+    from tilex.autotuner.launch_shape import LaunchShape
+
+    for shape in shapes:
+        back = LaunchShape.from_json(json.loads(json.dumps(shape.to_json())))
+        assert back.threads == shape.threads
+        for m in (1, 63, 64, 129, 100000):
+            assert back.at(m=m) == shape.at(m=m)

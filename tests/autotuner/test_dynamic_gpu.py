@@ -51,3 +51,56 @@ def test_dynamic_profile_on_two_threads_of_one_gpu():
     b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
     a = torch.randn(300, 256, device="cuda", dtype=torch.float16)
     torch.testing.assert_close(dk(a, b).float(), a.float() @ b.float(), atol=5e-2, rtol=1e-2)
+
+
+@pytest.mark.gpu
+def test_dynamic_kernel_export_loads_in_a_process_without_nvcc(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    tuner = AutoTuner(gemm, CONFIGS, out_idx=-1, ref_prog=lambda a, b: a @ b, dynamic={"m": 1024}, progress=False,
+                      warmup=1, rep=3, cache=False)
+    dk = tuner.run(T.dynamic("m"), 512, 256).kernel
+    dk.export(tmp_path / "dyn")
+    values = [1, 7, 129, 1000, 1500, 5000]
+    expected = {m: dk.choose(m) for m in values}
+    (tmp_path / "expected.json").write_text(json.dumps(expected))
+    script = textwrap.dedent(f"""
+        import json, shutil
+        import tvm_ffi
+        def no_nvcc(*a, **k):
+            raise RuntimeError("nvcc was called")
+        tvm_ffi.register_global_func("tvm_callback_cuda_compile", no_nvcc, override=True)
+        import tilex, torch
+        from tilex.autotuner.dispatch import DynamicKernel
+        assert shutil.which("nvcc") is None
+        dk = tilex.load({str(tmp_path / "dyn")!r})
+        assert isinstance(dk, DynamicKernel), dk
+        expected = json.load(open({str(tmp_path / "expected.json")!r}))
+        b = torch.randn(256, 512, device="cuda", dtype=torch.float16)
+        for m, choice in expected.items():
+            assert dk.choose(int(m)) == choice, (m, dk.choose(int(m)), choice)
+            a = torch.randn(int(m), 256, device="cuda", dtype=torch.float16)
+            torch.testing.assert_close(dk(a, b).float(), a.float() @ b.float(), atol=5e-2, rtol=1e-2)
+        try:
+            dk(a, b[:128])
+        except ValueError as e:
+            assert "argument 'B'" in str(e), e
+        else:
+            raise AssertionError("a B of the wrong shape was accepted")
+        print("LOADED OK")
+    """)
+    env = dict(os.environ)
+    env.pop("CUDA_HOME", None)
+    env.pop("CUDA_PATH", None)
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
+                                  if p and not os.path.exists(os.path.join(p, "nvcc")))
+    (tmp_path / "empty-cache").mkdir()
+    env["TILEX_CACHE_DIR"] = str(tmp_path / "empty-cache")
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([repo, env.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "LOADED OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

@@ -19,12 +19,14 @@ import json
 import numpy as np
 import tvm_ffi
 
+from tilex.jit.kernel import load as load_kernel
 from tilex.jit.launcher import SCALAR_AXIS, dispatcher_factory
 
+from . import export as _aot
 from .launch_shape import LaunchShape
 from .wave_model import WaveModel, WaveTable, wave_aligned_grids
 
-__all__ = ["DispatchTable", "DynamicKernel", "macro_groups", "sample_values", "blocks_per_sm"]
+__all__ = ["DispatchTable", "DynamicKernel", "macro_groups", "sample_values", "blocks_per_sm", "load"]
 
 FORMAT = 1
 
@@ -228,6 +230,11 @@ class DynamicKernel:
                         *callers)
         return lambda *args: self._kernel_of(args).launcher()(*args)
 
+    def export(self, path) -> str:
+        """Write this kernel (every configuration it holds and its dispatch table) to the directory `path` for
+        :func:`tilex.load` in another process (:mod:`tilex.autotuner.export`)."""
+        return _aot.write(self, path)
+
     @property
     def params(self):
         return self._fallback.params
@@ -236,3 +243,13 @@ class DynamicKernel:
         used = sorted(set(self.table.choices))
         return (f"<tilex.DynamicKernel over '{self.dim}' (1..{self.table.max_value} tabulated): "
                 f"{len(used)} of {len(self.kernels)} configurations used>")
+
+
+def load(path):
+    """The kernel exported to the directory `path`: a :class:`tilex.JITKernel` (``kernel.export``) or a
+    :class:`DynamicKernel` (``DynamicKernel.export``), ready to call on a GPU machine without nvcc."""
+    parts = _aot.read(path)
+    if parts is None:
+        return load_kernel(path)
+    table = DispatchTable.from_json(parts["table"], parts["shapes"])
+    return DynamicKernel(parts["kernels"], parts["configs"], table, parts["source"])

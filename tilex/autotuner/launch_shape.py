@@ -13,7 +13,7 @@ from tvm import tirx
 from tilex.ir.names import NUM_STAGES
 from tilex.ir.visit import dtype_of, walk
 
-__all__ = ["LaunchShape", "launch_shape"]
+__all__ = ["LaunchShape", "launch_shape", "expr_to_json", "expr_from_json"]
 
 
 class LaunchShape:
@@ -38,6 +38,18 @@ class LaunchShape:
         shape = np.broadcast_shapes(*(a.shape for a in arrays.values())) if arrays else ()
         return np.broadcast_to(grid, shape).astype(np.int64), np.broadcast_to(loops, shape).astype(np.int64)
 
+    def to_json(self) -> dict:
+        """The extents as JSON (:func:`expr_to_json`), for an exported DynamicKernel."""
+        return {"threads": self.threads, "grid": [expr_to_json(e) for e in self.grid_extents],
+                "loops": [expr_to_json(e) for e in self.loop_extents],
+                "variables": [[v.name, dtype_of(v)] for v in self.variables.values()]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "LaunchShape":
+        variables = {name: tirx.Var(name, dtype) for name, dtype in data["variables"]}
+        return cls([expr_from_json(e, variables) for e in data["grid"]],
+                   [expr_from_json(e, variables) for e in data["loops"]], variables.values(), data["threads"])
+
     def _evaluate(self, sizes):
         unknown = set(sizes) - set(self.variables)
         if unknown:
@@ -61,6 +73,34 @@ def _trunc_div(a, b):
 _BINARY = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
            tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b, tirx.Div: _trunc_div,
            tirx.Mod: lambda a, b: a - _trunc_div(a, b) * b, tirx.Min: np.minimum, tirx.Max: np.maximum}
+
+
+def expr_to_json(expr):
+    """An integer extent (IntImm, size Var, Cast and the arithmetic of `_BINARY`) as nested JSON lists."""
+    if isinstance(expr, tirx.IntImm):
+        return ["int", int(expr), dtype_of(expr)]
+    if isinstance(expr, tirx.Var):
+        return ["var", expr.name]
+    if isinstance(expr, tirx.Cast):
+        return ["cast", dtype_of(expr), expr_to_json(expr.value)]
+    if type(expr) in _BINARY:
+        return [type(expr).__name__, expr_to_json(expr.a), expr_to_json(expr.b)]
+    raise ValueError(f"launch_shape: cannot write {expr} ({type(expr).__name__}) as JSON")
+
+
+def expr_from_json(data, variables):
+    """The expression :func:`expr_to_json` wrote, its size variables taken from `variables` (name -> Var)."""
+    kind = data[0]
+    if kind == "int":
+        return tirx.IntImm(data[2], data[1])
+    if kind == "var":
+        return variables[data[1]]
+    if kind == "cast":
+        return tirx.Cast(data[1], expr_from_json(data[2], variables))
+    node = getattr(tirx, kind, None)
+    if node not in _BINARY:
+        raise ValueError(f"launch_shape: unknown expression kind {kind!r} in JSON")
+    return node(expr_from_json(data[1], variables), expr_from_json(data[2], variables))
 
 
 def _evaluator(expr):
