@@ -70,7 +70,7 @@ def test_dynamic_kernel_export_loads_in_a_process_without_nvcc(tmp_path):
     (tmp_path / "expected.json").write_text(json.dumps(expected))
     script = textwrap.dedent(f"""
         import json, shutil
-        import tvm_ffi
+        import tvm, tvm_ffi
         def no_nvcc(*a, **k):
             raise RuntimeError("nvcc was called")
         tvm_ffi.register_global_func("tvm_callback_cuda_compile", no_nvcc, override=True)
