@@ -101,6 +101,31 @@ def torch_block(w, x, cos, sin, k_cache=None, v_cache=None, heads=32, eps=1e-6):
     return x + F.linear(F.silu(F.linear(h, w["gate.weight"])) * F.linear(h, w["up.weight"]), w["down.weight"])
 
 
+def export_torch(cfg, mode, w, inputs):
+    """(IRModule, parameter names) of the same block written in PyTorch (`torch_block` over parameters `w`),
+    through ``torch.export`` and tilex.relax.from_exported_program (TVM's importer without PyTorch's
+    decompositions, linear layers kept in fp16)."""
+    import torch
+
+    from tilex.relax.frontend import from_exported_program
+
+    names = list(w)
+
+    class TorchBlock(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            for n in names:
+                self.register_parameter(n.replace(".", "_"), torch.nn.Parameter(w[n], requires_grad=False))
+
+        def forward(self, *args):
+            ws = {n: getattr(self, n.replace(".", "_")) for n in names}
+            return torch_block(ws, *args, heads=cfg["heads"])
+
+    ep = torch.export.export(TorchBlock(), tuple(inputs.values()))
+    mod = from_exported_program(ep, unwrap_unit_return_tuple=True)
+    return tvm.IRModule({tvm.ir.GlobalVar(mode): mod["main"]}), names
+
+
 def make_inputs(cfg, mode, batch, seq, context, names, seed=0):
     """Random weights (scaled like a trained model's) and inputs, as torch CUDA tensors."""
     import torch
@@ -137,7 +162,8 @@ def build(mod, offloaded, target):
     return tvm.compile(mod, target=target)
 
 
-def run(cfg, mode, batch=1, seq=2048, context=2048, bench=True, rounds=5):
+def run(cfg, mode, batch=1, seq=2048, context=2048, bench=True, rounds=5, frontend="nn"):
+    """Build, check and (`bench`) time the block; `frontend` "nn" (relax.frontend.nn) or "torch" (torch.export)."""
     import torch
 
     from tilex.autotuner import do_bench
@@ -145,6 +171,8 @@ def run(cfg, mode, batch=1, seq=2048, context=2048, bench=True, rounds=5):
     target = tilex.env.resolve_target("auto")
     mod, names = export(cfg, mode, batch, seq, context)
     w, inputs = make_inputs(cfg, mode, batch, seq, context, names)
+    if frontend == "torch":
+        mod, names = export_torch(cfg, mode, w, inputs)
     args = [tvm.runtime.from_dlpack(t) for t in list(inputs.values()) + [w[n] for n in names]]
     want = torch_block(w, **inputs, heads=cfg["heads"])
     out = {}
@@ -156,7 +184,8 @@ def run(cfg, mode, batch=1, seq=2048, context=2048, bench=True, rounds=5):
         out[label] = (fn, diff.max().item(), (diff > 3e-2 + 3e-2 * want.float().abs()).float().mean().item())
     # tilex's result is checked; TVM's own build is only reported (its fp16 kernels are not ours to fix)
     torch.testing.assert_close(torch.from_dlpack(out["tilex offload"][0](*args)), want, rtol=3e-2, atol=3e-2)
-    line = f"{mode} (batch {batch}, {'context ' + str(context) if mode == 'decode' else 'seq ' + str(seq)}, " \
+    line = f"{mode} ({frontend} frontend, batch {batch}, " \
+           f"{'context ' + str(context) if mode == 'decode' else 'seq ' + str(seq)}, " \
            f"hidden {cfg['hidden']}): tilex correct; max |err| vs PyTorch: tilex {out['tilex offload'][1]:.3g}, " \
            f"TVM {out['TVM default'][1]:.3g} ({out['TVM default'][2]:.2%} of elements past the tolerance)"
     if not bench:
@@ -181,6 +210,8 @@ def main():
     ap.add_argument("--small", action="store_true", help="a 512-wide block instead of Llama-7B's 4096")
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--context", type=int, default=2048)
+    ap.add_argument("--frontend", choices=["nn", "torch"], default="nn",
+                    help="build the block with relax.frontend.nn or write it in PyTorch and import it (torch.export)")
     a = ap.parse_args()
     cfg = SMALL if a.small else LLAMA_7B
     modes = ["decode", "prefill"] if a.mode == "both" else [a.mode]
@@ -198,7 +229,7 @@ def main():
         print("# no CUDA GPU here: built the offloaded module for sm_90a and printed it", file=sys.stderr)
         return
     for m in modes:
-        run(cfg, m, seq=a.seq, context=a.context)
+        run(cfg, m, seq=a.seq, context=a.context, frontend=a.frontend)
 
 
 if __name__ == "__main__":

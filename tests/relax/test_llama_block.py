@@ -44,3 +44,41 @@ def test_block_offload(mode):
                          "rope", "rope", "split"]
         assert not ops & {"relax.nn.silu", "relax.add", "relax.multiply", "relax.concat"}
     tvm.compile(out, target=tilex.env.resolve_target("sm_90a"))
+
+
+def _cpu_weights(cfg, mode, seq, context):
+    import torch
+
+    hidden, heads, ffn = cfg["hidden"], cfg["heads"], cfg["ffn"]
+    d, s = hidden // heads, 1 if mode == "decode" else seq
+    shapes = {"attn_norm.weight": (hidden,), "mlp_norm.weight": (hidden,), "qkv.weight": (3 * hidden, hidden),
+              "o.weight": (hidden, hidden), "gate.weight": (ffn, hidden), "up.weight": (ffn, hidden),
+              "down.weight": (hidden, ffn)}
+    w = {n: torch.randn(shp).half() for n, shp in shapes.items()}
+    inputs = {"x": torch.randn(1, s, hidden).half(), "cos": torch.randn(s, 1, d).half(),
+              "sin": torch.randn(s, 1, d).half()}
+    if mode == "decode":
+        inputs["k_cache"] = torch.randn(1, context, heads, d).half()
+        inputs["v_cache"] = torch.randn(1, context, heads, d).half()
+    return w, inputs
+
+
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_block_imported_from_pytorch_offloads_like_the_nn_one(mode):
+    """The block written in PyTorch, through torch.export and tilex.relax.from_exported_program: fp16 throughout
+    and the same tilex kernels as the relax.frontend.nn build."""
+    w, inputs = _cpu_weights(blk["SMALL"], mode, 256, 512)
+    mod, names = blk["export_torch"](blk["SMALL"], mode, w, inputs)
+    assert names == list(w)
+    dtypes = set()
+    relax.analysis.post_order_visit(mod[mode].body, lambda e: dtypes.add(str(e.ty.dtype))
+                                    if isinstance(e, relax.Call) and isinstance(e.ty, relax.TensorType) else None)
+    assert dtypes == {"float16"}  # TVM's own import would run everything after the first linear layer in fp32
+    nn_mod, _ = blk["export"](blk["SMALL"], mode, 1, 256, 512)
+
+    def kinds(m):
+        return sorted(str(c.args[0].global_symbol)[len("tilex_"):str(c.args[0].global_symbol).rindex("_")]
+                      for c in _calls(tr.offload(m, target="sm_90a")[mode])
+                      if getattr(c.op, "name", "") == "relax.call_dps_packed")
+
+    assert kinds(mod) == kinds(nn_mod)

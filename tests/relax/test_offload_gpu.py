@@ -53,13 +53,15 @@ def test_offloaded_decode_linear():
     torch.testing.assert_close(_run(vm, x, w), (x.float() @ w.float().t()).half(), rtol=2e-2, atol=5e-2)
 
 
+@pytest.mark.parametrize("frontend", ["nn", "torch"])
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
-def test_llama_style_block_small(mode):
+def test_llama_style_block_small(mode, frontend):
     import pathlib
     import runpy
 
     blk = runpy.run_path(str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "llama_block_relax.py"))
-    blk["run"](blk["SMALL"], mode, seq=200, context=300, bench=False)  # asserts tilex's output against PyTorch's
+    # asserts tilex's output against PyTorch's
+    blk["run"](blk["SMALL"], mode, seq=200, context=300, bench=False, frontend=frontend)
 
 
 def test_offloaded_layer_norm():

@@ -87,10 +87,15 @@ def _rows(dims):
 
 
 def _value(e, var2val):
-    """The expression a variable is bound to (through chains of variables), else `e`."""
-    while isinstance(e, relax.Var) and e in var2val:
-        e = var2val[e]
-    return e
+    """The expression a variable is bound to (through chains of variables and items of tuple literals), else
+    `e`."""
+    while True:
+        if isinstance(e, relax.Var) and e in var2val:
+            e = var2val[e]
+        elif isinstance(e, relax.TupleGetItem) and isinstance(_value(e.tuple_value, var2val), relax.Tuple):
+            e = _value(e.tuple_value, var2val).fields[e.index]
+        else:
+            return e
 
 
 def _is(e, op):
@@ -106,9 +111,9 @@ class _Part:
 
     @staticmethod
     def of(e, var2val):
-        """The part `e` is (a split's tuple item, maybe reshaped), else None."""
+        """The part `e` is (a split's tuple item, maybe reshaped or squeezed), else None."""
         e = _value(e, var2val)
-        if _is(e, "relax.reshape"):
+        if _is(e, "relax.reshape") or _is(e, "relax.squeeze") or _is(e, "relax.expand_dims"):
             e = _value(e.args[0], var2val)
         if not isinstance(e, relax.TupleGetItem):
             return None
@@ -505,7 +510,26 @@ class _Offloader:
             func = rewrite_call(pat, on_add, func)
         return func
 
+    @staticmethod
+    def _cancel_transposes(func):
+        """``permute_dims(permute_dims(x, p), q)`` where q undoes p is x (PyTorch's importer writes such pairs around
+        attention: BSHD -> BHSD for SDPA, back to BSHD for relax.nn.attention)."""
+        x = wildcard()
+        inner = is_op("relax.permute_dims")(x)
+        pat = is_op("relax.permute_dims")(inner)
+
+        def undo(call, m):
+            xd = _shape(m[x].ty)
+            p, q = m[inner].attrs.axes, call.attrs.axes
+            if xd is None or p is None or q is None:
+                return call
+            p, q = [int(a) % len(xd) for a in p], [int(a) % len(xd) for a in q]
+            return m[x] if [p[i] for i in q] == list(range(len(xd))) else call
+
+        return rewrite_call(pat, undo, func)
+
     def rewrite_function(self, func):
+        func = self._cancel_transposes(func)
         if "matmul" in self.ops and "gemm_epilogue" in self.ops:
             func = self._fused(func)
         if "matmul" in self.ops:
