@@ -123,7 +123,7 @@ def export_torch(cfg, mode, w, inputs):
 
     ep = torch.export.export(TorchBlock(), tuple(inputs.values()))
     mod = from_exported_program(ep, unwrap_unit_return_tuple=True)
-    return tvm.IRModule({tvm.ir.GlobalVar(mode): mod["main"]}), names
+    return tvm.IRModule({tvm.ir.GlobalVar(mode): mod["main"].with_attr("global_symbol", mode)}), names
 
 
 def make_inputs(cfg, mode, batch, seq, context, names, seed=0):
