@@ -148,9 +148,9 @@ def test_prefill_takes_256_row_blocks():
     """Prefill-sized M: 256 activation rows per block, so each decoded weight tile feeds an m64n256 wgmma."""
     import tilex
     from tilex.kernels.quant_matmul import QuantTiles, quant_matmul
-    from tilex.ops.quant import _m_tile
+    from tilex.ops.quant import m_tile
 
-    assert [_m_tile(m) for m in (1, 16, 17, 64, 65, 511, 512, 4096)] == [16, 16, 32, 64, 128, 128, 256, 256]
+    assert [m_tile(m) for m in (1, 16, 17, 64, 65, 511, 512, 4096)] == [16, 16, 32, 64, 128, 128, 256, 256]
     src = tilex.compile(quant_matmul(600, 256, 512, "int4", 128, QuantTiles(128, 256, 64, 256, 3)), out_idx=-1,
                         target="sm_90a").get_kernel_source()
     assert "wgmma_m64n256k16_rs" in src
@@ -163,12 +163,12 @@ def test_prefill_block_fits_the_packing(tiles, want):
     still compile, with fewer rows or stages (a (128, 256) packing used to overflow shared memory at M > 64), and
     no more rows than the registers hold (the accumulator next to a 128 x 256 decoded tile)."""
     from tilex.kernels.quant_matmul import QuantTiles
-    from tilex.ops.quant import _block_tiles, _kernel
+    from tilex.ops.quant import block_tiles, _kernel
 
     bn, bk, threads, stages = tiles
     qw = quant.quantize(torch.randn(256, 512), "int4", group_size=128)
     pw = ops.pack_weight(qw, tiles=QuantTiles(bn=bn, bk=bk, threads=threads, num_stages=stages))
-    got = _block_tiles(4096, pw, 1)
+    got = block_tiles(4096, pw, 1)
     assert (got.bm, got.num_stages) == want
     kernel, _ = _kernel(4096, pw)
     assert not any(f.wgmma_serialized or f.spill_stores for f in kernel.resources.functions.values())

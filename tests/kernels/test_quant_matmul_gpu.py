@@ -165,5 +165,5 @@ def test_split_k(split_k, g):
 @pytest.mark.gpu
 @pytest.mark.parametrize("M, wt, zp", [(512, "int4", False), (600, "uint4", True)])
 def test_prefill_rows(M, wt, zp):
-    """M >= 512 takes 256-row blocks (ops.quant._m_tile); 600 leaves a partial second block."""
+    """M >= 512 takes 256-row blocks (ops.quant.m_tile); 600 leaves a partial second block."""
     _check(M, 256, 512, wt, zp=zp)

@@ -166,3 +166,25 @@ def mlp_bias_act():
             return (z, u)
 
     return Mod
+
+
+def dequant_linear():
+    """Linear layers with weights dequantized in the graph: int8 codes per channel (rows symbolic), uint8 codes in
+    groups of 128 along K."""
+
+    @I.ir_module
+    class Mod:
+        @R.function
+        def main(x: R.Tensor(("n", 512), "float16"), q: R.Tensor((1024, 512), "int8"),
+                 s: R.Tensor((1024, 1), "float16"), q2: R.Tensor((256, 1024), "uint8"),
+                 s2: R.Tensor((256, 8, 1), "float16")):
+            with R.dataflow():
+                w = R.multiply(R.astype(q, "float16"), s)
+                y = R.matmul(x, R.permute_dims(w, axes=[1, 0]))
+                w2 = R.reshape(R.multiply(R.astype(R.reshape(q2, R.shape([256, 8, 128])), "float16"), s2),
+                               R.shape([256, 1024]))
+                z = R.matmul(y, R.permute_dims(w2, axes=[1, 0]))
+                R.output(z)
+            return z
+
+    return Mod

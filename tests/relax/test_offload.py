@@ -136,3 +136,18 @@ def test_bias_and_activation_ride_in_the_gemm():
     assert "relax.add" in ops  # the residual over a biased GEMM stays with TVM
     assert [s.split("_")[2] for s in _packed(main)] == ["gelu", "bias", "relu", "silu"]
     tvm.compile(mod, target=tilex.env.resolve_target("sm_90a"))
+
+
+def test_dequantizing_linear_layers_take_the_quantized_program():
+    mod = relax_modules.dequant_linear()
+    mod["main"] = mod["main"].with_attr("num_input", 1)
+    out = tr.offload(mod, target="sm_90a")
+    main = out["main"]
+    assert not {"relax.matmul", "relax.multiply"} & set(_op_names(main))
+    assert sorted(s[len("tilex_"):s.rindex("_")] for s in _packed(main)) == ["dequant_matmul"] * 2 + \
+        ["dequant_prepack"] * 2
+    # the pre-packing and the scales' transposes read parameters only: LiftTransformParams takes them out
+    lifted = relax.transform.LiftTransformParams()(out)
+    assert sorted(s[len("tilex_"):s.rindex("_")] for s in _packed(lifted["main"])) == ["dequant_matmul"] * 2
+    assert len(lifted["main"].params) == 5
+    tvm.compile(out, target=tilex.env.resolve_target("sm_90a"))

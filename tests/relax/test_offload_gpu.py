@@ -152,3 +152,28 @@ def test_offloaded_block_runs_inside_relax_cuda_graphs():
         args = [tvm.runtime.from_dlpack(t) for t in list(inputs.values()) + [w[n] for n in names]]
         want = blk["torch_block"](w, **inputs, heads=cfg["heads"])
         torch.testing.assert_close(torch.from_dlpack(fn(*args)), want, rtol=3e-2, atol=3e-2)
+
+
+def test_offloaded_dequantizing_linear_layers():
+    mod = relax_modules.dequant_linear()
+    mod["main"] = mod["main"].with_attr("num_input", 1)
+    off = tr.offload(mod)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randint(-128, 128, (1024, 512), generator=g, device="cuda", dtype=torch.int8)
+    s = (torch.rand(1024, 1, generator=g, device="cuda") / 512).half()
+    q2 = torch.randint(0, 256, (256, 1024), generator=g, device="cuda", dtype=torch.uint8)
+    s2 = (torch.rand(256, 8, 1, generator=g, device="cuda") / 1024).half()
+    w = (q.float() * s.float()).half().float()
+    w2 = (q2.float().view(256, 8, 128) * s2.float()).half().float().view(256, 1024)
+    params = [tvm.runtime.from_dlpack(t) for t in (q, s, q2, s2)]
+    plain = _vm(off)
+    lifted_mod = relax.transform.LiftTransformParams()(off)
+    lifted = _vm(lifted_mod)
+    packed = lifted["main_transform_params"](params)
+    for n in (1, 16, 300):
+        x = torch.randn(n, 512, generator=g, device="cuda").half()
+        want = ((x.float() @ w.t()).half().float() @ w2.t())
+        got = torch.from_dlpack(plain["main"](tvm.runtime.from_dlpack(x), *params)).float()
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)
+        got2 = torch.from_dlpack(lifted["main"](tvm.runtime.from_dlpack(x), *packed)).float()
+        torch.testing.assert_close(got2, got, rtol=0, atol=0)

@@ -108,7 +108,7 @@ def pack_weight(qw, act="float16", tiles: QuantTiles | None = None, target="sm_9
     return PackedWeight(words, scales, zeros, wt, g, (n, k), tiles, act, target, offsets, prescaled)
 
 
-def _m_tile(m):
+def m_tile(m):
     """Rows of X per block: the smallest MMA-friendly tile holding M; 128 up to M = 511, then 256 (prefill: each
     decoded weight tile then feeds twice the MMA work, measured 1.05x cuBLAS fp16 at M = 4096 against 0.76x with
     128)."""
@@ -127,14 +127,14 @@ def _program(m, pw: PackedWeight, tiles, split_k, split_reduce="atomic"):
                                 split_reduce=split_reduce, prescaled=pw.prescaled)
 
 
-def _block_tiles(m, pw: PackedWeight, split_k):
+def block_tiles(m, pw: PackedWeight, split_k):
     """The block tile for M rows of x: the packing's (bn, bk, threads) with the most activation rows up to
-    `_m_tile(m)` and the most pipeline stages that fit in shared memory (a packing made for decode shapes, with a
+    `m_tile(m)` and the most pipeline stages that fit in shared memory (a packing made for decode shapes, with a
     long k step, leaves less room for rows of x)."""
     t = pw.tiles
     target = env.resolve_target(pw.target)
     limit = block_shared_memory_limit(compute_capability(target)[0])
-    top = _m_tile(m)
+    top = m_tile(m)
     for bm in [b for b in (256, 128, 64, 32, 16) if b <= top]:
         # registers per thread: the float32 accumulator, the decoded weight tile (16-bit pairs), addresses and
         # temporaries; past ~240 ptxas serializes the warpgroup MMAs
@@ -151,11 +151,11 @@ def _block_tiles(m, pw: PackedWeight, split_k):
 def _kernel(m, pw: PackedWeight, split_k=1, split_reduce="atomic"):
     """The compiled program and its block tile for M rows."""
     t = pw.tiles
-    bm = _m_tile(m)
+    bm = m_tile(m)
     key = (m, pw.shape, str(pw.dtype), pw.group_size, pw.zeros is not None, pw.offsets, pw.prescaled, pw.act, t, bm,
            pw.target, split_k, split_reduce)
     if key not in _KERNELS:
-        tiles = _block_tiles(m, pw, split_k)
+        tiles = block_tiles(m, pw, split_k)
         prog = _program(m, pw, tiles, split_k, split_reduce)
         # atomic split-K adds into a zeroed float32 Y the caller passes; otherwise Y is allocated and returned
         atomic = split_k > 1 and split_reduce == "atomic"
@@ -183,7 +183,7 @@ def auto_split_k(m, pw: PackedWeight, device) -> int:
     """Blocks per output tile for M rows: 1 when the output tiles fill the GPU's multiprocessors, else enough
     splits of K to (about) fill them, at most 4 and at least 2 k tiles each (measured on an H100 at N = K = 8192:
     int4 M = 1 from 2.3x to 2.5x cuBLAS fp16)."""
-    tiles = -(-pw.shape[0] // pw.tiles.bn) * -(-m // _m_tile(m))
+    tiles = -(-pw.shape[0] // pw.tiles.bn) * -(-m // m_tile(m))
     sms = _multiprocessors(device)
     if tiles >= sms:
         return 1

@@ -29,11 +29,13 @@ Patterns (fp16 / bf16, static trailing sizes):
   append).
 
 One query row per sequence (decode) takes the split-KV decoding programs instead of the FlashAttention one.
+A linear layer whose weight is dequantized in the graph (int8 / uint8 codes times per-channel or per-group scales)
+becomes the A16W8 program of kernels/quant_matmul.py on the codes (tilex/relax/dequant.py).
 """
 from __future__ import annotations
 
 import tvm
-from tvm import relax, tirx
+from tvm import relax
 from tvm.relax.dpl import is_op, is_tuple, is_tuple_get_item, rewrite_call, wildcard
 
 from tilex import env
@@ -44,6 +46,9 @@ from tilex.kernels.norms import layernorm_kernel, rmsnorm_kernel
 from tilex.kernels.copies import column_slice_kernel, concat_kernel
 from tilex.kernels.rope import rope_kernel
 from tilex.kernels.softmax import softmax_kernel
+from tilex.relax import dequant
+from tilex.relax.shapes import dims_key as _dims_key, flat as _flat, prod as _prod, rows as _rows, \
+    rows_arg as _rows_arg, shape as _shape, static as _static, unflat as _unflat
 from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
 
 __all__ = ["offload", "OffloadToTilex", "OPS"]
@@ -51,39 +56,11 @@ __all__ = ["offload", "OffloadToTilex", "OPS"]
 #: Relax activation operators a GEMM epilogue applies (kernels/gemm.py: matmul_bias_act)
 ACTIVATIONS = {"relax.nn.relu": "relu", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh",
                "relax.nn.silu": "silu"}
-OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split", "concat")
+OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split", "concat", "dequant_matmul")
 _FLOAT = ("float16", "bfloat16")
 _COPYABLE = _FLOAT + ("float32",)
 SWAP_AB_ROWS = 64  # static row counts up to this take the swap-AB program
 PANEL = 16  # the tile program's rasterization panel (T.use_swizzle)
-
-
-def _static(e):
-    return int(e) if isinstance(e, tirx.IntImm) else None
-
-
-def _shape(ty):
-    if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
-        return None
-    return list(ty.shape.values)
-
-
-def _prod(dims):
-    """The product of `dims`: an int when all are static, else a PrimExpr."""
-    if all(_static(d) is not None for d in dims):
-        m = 1
-        for d in dims:
-            m *= _static(d)
-        return m
-    m = 1
-    for d in dims:
-        m = m * d
-    return m
-
-
-def _rows(dims):
-    """The product of all but the last axis: an int when static, else a PrimExpr."""
-    return _prod(dims[:-1])
 
 
 def _value(e, var2val):
@@ -145,21 +122,6 @@ def _tile(n):
     C leaves through a 128-column shared tile, which leaves room for a fourth stage (the Llama-7B prefill GEMMs,
     cuBLAS / tilex: 0.958 -> 1.034 at N = K = 4096, 0.903 -> 0.958 with the residual add; benchmarks/README.md)."""
     return (256, 4, 256, 128) if n % 256 == 0 else (128, 4, 128, 0)
-
-
-def _rows_arg(m):
-    """The row count a program is built for: `m` when static, else a symbolic size."""
-    return m if isinstance(m, int) else tvm.tirx.Var("m", "int32")
-
-
-def _flat(x, xd, m, last):
-    """`x` (dimensions `xd`) as an (m, last) matrix."""
-    return x if len(xd) == 2 else relax.op.reshape(x, relax.ShapeExpr([m, last]))
-
-
-def _unflat(out, xd, n):
-    """A (rows, n) result back in the leading dimensions of `xd`."""
-    return out if len(xd) == 2 else relax.op.reshape(out, relax.ShapeExpr(list(xd[:-1]) + [n]))
 
 
 class _Offloader:
@@ -530,6 +492,8 @@ class _Offloader:
 
     def rewrite_function(self, func):
         func = self._cancel_transposes(func)
+        if "dequant_matmul" in self.ops:
+            func = dequant.rewrite(self, func)
         if "matmul" in self.ops and "gemm_epilogue" in self.ops:
             func = self._fused(func)
         if "matmul" in self.ops:
@@ -594,15 +558,6 @@ def _output_reshapes_as_views(func):
         return func
     return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
                           func.attrs)
-
-
-def _dims_key(dims):
-    """Dimensions comparable across int / IntImm / symbolic spellings."""
-    out = []
-    for d in dims:
-        v = d if isinstance(d, int) else _static(d)
-        out.append(v if v is not None else str(d))
-    return out
 
 
 def _is_transpose(call):
