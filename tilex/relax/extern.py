@@ -14,7 +14,7 @@ from tvm import relax
 
 from tilex.jit import compile as compile_kernel
 
-__all__ = ["compile_extern", "call_kernel", "call_kernel_inplace", "attach_kernels", "output_types"]
+__all__ = ["compile_extern", "call_kernel", "attach_kernels", "output_types"]
 
 EXTERNAL_MODS = "external_mods"  # the IRModule attribute tvm.compile links into the executable
 
@@ -27,10 +27,9 @@ def _digest(func, out_idx) -> str:
 
 def compile_extern(func, name: str, out_idx=-1, target="auto", pass_configs=None):
     """`func` (a tile program) compiled under the symbol ``tilex_<name>_<digest of the program>``; its outputs
-    (`out_idx`) must be its last parameters, as ``call_dps_packed`` passes them (None: a program without outputs,
-    writing into its arguments, for :func:`call_kernel_inplace`)."""
+    (`out_idx`) must be its last parameters, as ``call_dps_packed`` passes them."""
     n = len(func.params)
-    outs = [] if out_idx is None else sorted(i % n for i in ([out_idx] if isinstance(out_idx, int) else out_idx))
+    outs = sorted(i % n for i in ([out_idx] if isinstance(out_idx, int) else out_idx))
     if outs != list(range(n - len(outs), n)):
         raise ValueError(f"tilex.relax: the outputs of '{name}' (out_idx={out_idx}) must be its last parameters "
                          "for call_dps_packed")
@@ -73,25 +72,6 @@ def call_kernel(kernel, args, arg_types):
     tensors for several outputs."""
     outs = output_types(kernel, arg_types)
     return relax.call_dps_packed(kernel.symbol, relax.Tuple(list(args)), outs if len(outs) > 1 else outs[0])
-
-
-def call_kernel_inplace(kernel, args, arg_types, inplace):
-    """A Relax call of `kernel`, a program without outputs that writes into the tensor arguments at positions
-    `inplace` (an int or a list), returning those arguments (``call_inplace_packed``): Relax treats the call as
-    pure, so the written arguments must not be used after it (pass a value computed for the purpose, not a
-    function parameter the caller still holds)."""
-    if kernel.out_idx:
-        raise ValueError(f"tilex.relax: {kernel.symbol} has outputs; call it with call_kernel")
-    inputs = [p for p in kernel.params if not p.is_output]
-    if len(args) != len(inputs) or len(arg_types) != len(args):
-        raise ValueError(f"tilex.relax: kernel {kernel.symbol} takes {len(inputs)} arguments, got {len(args)}")
-    idx = [inplace] if isinstance(inplace, int) else list(inplace)
-    bad = [i for i in idx if not 0 <= i < len(args) or not isinstance(arg_types[i], relax.TensorType)]
-    if bad or not idx:
-        raise ValueError(f"tilex.relax: in-place positions {idx} of {kernel.symbol} must name tensor arguments")
-    types = [arg_types[i] for i in idx]
-    return relax.op.call_inplace_packed(kernel.symbol, *args, inplace_indices=idx,
-                                        ty_args=types if len(types) > 1 else types[0])
 
 
 def attach_kernels(mod, kernels):
