@@ -327,7 +327,8 @@ def prefetch_loads(loop, analyzer, max_registers=64):
         buf = n.source
         if buf in written or lanes_of(n) != 1 or not (is_global(buf) or str(buf.scope()).startswith("shared")):
             return n
-        idx = lane_free(n.indices) if is_global(buf) else None
+        # without a vector loop every load is one element a round (a shared one too: a transposed read)
+        idx = lane_free(n.indices) if is_global(buf) or lv is None else None
         per_lane = idx is None
         key = tirx.BufferLoad(buf, list(n.indices) if per_lane else idx)
         slot = it * width + lv if per_lane else it
