@@ -72,3 +72,31 @@ def test_bad_accesses_and_swizzles_are_refused():
         WarpAccess(tuple(range(0, 33 * 4, 4)), 4)
     with pytest.raises(ValueError, match="shift >= bits"):
         Swizzle(3, 4, 2)
+
+
+def _transpose(dtype, tile=32):
+    import tilex.language as T
+
+    @T.prim_func
+    def main(A: T.Tensor((256, 128), dtype), B: T.Tensor((128, 256), dtype)):
+        with T.Kernel(128 // tile, 256 // tile, threads=256) as (bx, by):
+            S = T.alloc_shared((tile, tile), dtype)
+            for i, j in T.Parallel(tile, tile):
+                S[i, j] = A[by * tile + i, bx * tile + j]
+            for i, j in T.Parallel(tile, tile):
+                B[bx * tile + i, by * tile + j] = S[j, i]
+
+    return main
+
+
+@pytest.mark.parametrize("dtype,loads,swizzle", [("float32", 4 * 31, Swizzle(3, 4, 3)),
+                                                 ("float16", 4 * 15, Swizzle(2, 4, 3))])
+def test_report_of_a_transpose_through_shared_memory(dtype, loads, swizzle):
+    """Rows stored as 16-byte vectors (conflict-free), read down the columns: every lane of a warp in one bank
+    (fp32: 31 conflicts per load, 4 loads a thread; fp16: 64-byte rows, two banks, 15). The 16-byte stores keep
+    the swizzle's XOR above bit 4, so the best one leaves 3 conflicts per load."""
+    import tilex
+
+    k = tilex.compile(_transpose(dtype), out_idx=-1, target="sm_90a")
+    report = k.bank_conflicts()
+    assert report == {"S": {"ld": loads, "st": 0, "sites": 2, "swizzle": swizzle, "after": 4 * 3}}

@@ -15,6 +15,7 @@ from tilex.jit import torch_op as _torch_op
 from tilex.jit.args import ArgChecker
 from tilex.jit.profiler import Profiler
 from tilex.jit.resources import KernelResources, parse_ptxas, warn_spills
+from tilex.layout import banks as _banks
 
 __all__ = ["JITKernel", "compile", "load"]
 
@@ -256,6 +257,18 @@ class JITKernel:
             return str(self.module.inspect_source())
         except Exception:
             return ""
+
+    def bank_conflicts(self) -> dict:
+        """Modelled shared-memory bank conflicts per shared buffer of this kernel, and the swizzle that would remove
+        them (:func:`tilex.layout.banks.bank_conflicts` on the program lowered again by tilex's tile passes; empty
+        for a kernel loaded with ``tilex.load``, which has no program). Accesses through ldmatrix / cp.async / TMA /
+        wgmma are not modelled yet."""
+        import tvm
+
+        if self.func.body is None or isinstance(self.func.body, tvm.tirx.Evaluate):
+            return {}
+        lowered = engine.lower_to_tir(self.func, self.target, self.pass_configs)["main"]
+        return _banks.bank_conflicts(lowered)
 
     def get_profiler(self, tensor_supply_type="auto") -> Profiler:
         """A :class:`tilex.jit.Profiler` for this kernel: ``do_bench()`` times it (ms, CUDA events, L2 flushed)

@@ -12,15 +12,23 @@ bits starting at bit M (``o ^ ((o >> S) & (2^B - 1) << M)``). With M at least lo
 accesses stay contiguous; B = 1, 2, 3 with M = 4, S = 3 are the 32-, 64- and 128-byte modes TMA and the wgmma
 descriptors know. :func:`synthesize` searches the family for the swizzle under which every access of a tile is
 conflict-free (or has the fewest conflicts), preferring those modes, then fewer bits.
+
+:func:`shared_accesses` reads the loads and stores of shared buffers out of a lowered kernel (warp 0's addresses
+in every loop iteration) and :func:`bank_conflicts` reports them per buffer (``JITKernel.bank_conflicts()``).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
+import tvm
+from tvm import tirx
+
+from tilex.ir.visit import BufferLoadNode, dtype_of, row_major_offset, substitute, walk
 
 __all__ = ["Swizzle", "WarpAccess", "wavefronts", "conflicts", "synthesize", "row_vectors", "ldmatrix_rows",
-           "column_elements", "TMA_MODES"]
+           "column_elements", "TMA_MODES", "SharedAccess", "shared_accesses", "bank_conflicts"]
 
 BANKS = 32
 WORD = 4
@@ -167,3 +175,148 @@ def ldmatrix_rows(row_bytes: int, row0: int = 0, col0: int = 0, matrices: int = 
 def column_elements(row_bytes: int, elem_bytes: int = 4, col: int = 0, row0: int = 0, name="column"):
     """Thread t reading element `col` of row row0 + t (a transpose, or a column reduction)."""
     return WarpAccess(tuple((row0 + t) * row_bytes + col * elem_bytes for t in range(32)), elem_bytes, name)
+
+
+# -- the shared-memory accesses of a lowered kernel
+
+@dataclass
+class SharedAccess:
+    """One shared-memory access instruction of a kernel as warp 0 executes it, once per iteration of its enclosing
+    loops: `kind` "ld" or "st", `accesses` one WarpAccess per iteration (byte offsets into the buffer)."""
+
+    buffer: str
+    kind: str
+    accesses: list
+    buffer_bytes: int
+
+    @property
+    def conflicts(self) -> int:
+        return conflicts(self.accesses)
+
+
+def _is_shared(buf) -> bool:
+    return str(buf.scope()).startswith("shared")
+
+
+def _const(e, analyzer):
+    v = analyzer.simplify(e)
+    return int(v) if isinstance(v, tirx.IntImm) else None
+
+
+def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> list:
+    """The shared-memory loads and stores of a lowered per-thread PrimFunc (`tilex.engine.pipeline.lower_to_tir`)
+    as :class:`SharedAccess` es: each evaluated for the lanes of warp 0 (threadIdx.x = 0..31, other thread and
+    block indices 0) in every iteration of its enclosing loops (the first `max_iterations`); a vectorized loop
+    around it makes the access that many elements wide (16-byte pieces past 16 bytes). Buffers are assumed to
+    start 128-byte aligned. Accesses through intrinsics (ldmatrix, cp.async, TMA, wgmma descriptors) are not
+    read yet, nor ones whose address depends on a symbolic size."""
+    analyzer = tvm.sym.Analyzer()
+    found = {}  # (buffer name, kind, id of the node) -> SharedAccess
+    threads = {}
+
+    def record(buf, indices, kind, loops, lets, node):
+        nbytes = tvm.DataType(str(buf.dtype)).bits // 8
+        flat = indices[0] if len(indices) == 1 else row_major_offset(indices, buf.shape)
+        lanes = 1
+        if isinstance(flat, tirx.Ramp):
+            lanes, flat = int(flat.lanes), flat.base
+        vec = [lp for lp in loops if lp.kind == tirx.ForKind.VECTORIZED]
+        outer = [lp for lp in loops if lp.kind != tirx.ForKind.VECTORIZED]
+        if vec:
+            lanes *= int(vec[-1].extent)
+            flat = substitute(flat, {vec[-1].loop_var: tirx.const(0, dtype_of(vec[-1].loop_var))})
+        flat = substitute(flat, lets)
+        width = lanes * nbytes
+        if width > 16 and width % 16:
+            return
+        pieces = max(1, width // 16)
+        width = min(width, 16)
+        extents = [range(int(lp.extent)) if isinstance(lp.extent, tirx.IntImm) else None for lp in outer]
+        if None in extents:
+            return
+        size = 1
+        for d in buf.shape:
+            size *= int(d) if isinstance(d, tirx.IntImm) else 0
+        tid = threads.get("threadIdx.x")
+        accesses = []
+        for values in itertools.islice(itertools.product(*extents), max_iterations):
+            bind = {lp.loop_var: tirx.const(v, dtype_of(lp.loop_var)) for lp, v in zip(outer, values)}
+            for tag, var in threads.items():
+                if var is not tid:
+                    bind[var] = tirx.const(0, dtype_of(var))
+            addrs = []
+            for lane in range(warp_threads):
+                if tid is not None:
+                    bind[tid] = tirx.const(lane, dtype_of(tid))
+                a = _const(substitute(flat, bind), analyzer)
+                if a is None:
+                    return
+                addrs.append(a * nbytes)
+                if tid is None:
+                    break
+            for p in range(pieces):
+                accesses.append(WarpAccess(tuple(x + 16 * p for x in addrs), width, buf.name))
+        key = (buf.name, kind, node)
+        if key not in found:
+            found[key] = SharedAccess(buf.name, kind, accesses, size * nbytes)
+
+    def loads_in(expr, loops, lets):
+        def on_load(n):
+            if _is_shared(n.source):
+                record(n.source, list(n.indices), "ld", loops, lets, n)
+        walk(expr, (BufferLoadNode, on_load))
+
+    def visit(s, loops, lets):
+        """Visit `s`; returns the bindings in scope after it (a flat Bind reaches the statements after it)."""
+        if isinstance(s, tirx.SeqStmt):
+            for x in s.seq:
+                lets = visit(x, loops, lets)
+        elif isinstance(s, tirx.Bind):
+            loads_in(s.value, loops, lets)
+            return {**lets, s.var: substitute(s.value, lets)}
+        elif isinstance(s, tirx.For):
+            visit(s.body, loops + [s], lets)
+        elif isinstance(s, tirx.AttrStmt):
+            if s.attr_key == "thread_extent":
+                threads[s.node.thread_tag] = s.node.var
+            visit(s.body, loops, lets)
+        elif isinstance(s, tirx.IfThenElse):
+            loads_in(s.condition, loops, lets)
+            visit(s.then_case, loops, lets)
+            if s.else_case is not None:
+                visit(s.else_case, loops, lets)
+        elif isinstance(s, tirx.LetStmt):
+            loads_in(s.value, loops, lets)
+            visit(s.body, loops, {**lets, s.var: substitute(s.value, lets)})
+        elif isinstance(s, tirx.BufferStore):
+            loads_in(s.value, loops, lets)
+            if _is_shared(s.buffer):
+                record(s.buffer, list(s.indices), "st", loops, lets, s)
+        elif isinstance(s, tirx.Evaluate):
+            loads_in(s.value, loops, lets)
+        elif hasattr(s, "body"):
+            visit(s.body, loops, lets)
+        return lets
+
+    # thread bindings first (launch_thread attributes wrap the body)
+    walk(func.body, (tirx.AttrStmt, lambda a: threads.__setitem__(a.node.thread_tag, a.node.var)
+                     if a.attr_key == "thread_extent" else None))
+    visit(func.body, [], {})
+    return list(found.values())
+
+
+def bank_conflicts(func, **kw) -> dict:
+    """Per shared buffer of a lowered PrimFunc: modelled conflicts of its loads and stores (warp 0, every loop
+    iteration), how many access sites (instructions in the code) were read, and the swizzle :func:`synthesize` proposes with the
+    conflicts left under it: ``{buffer: {"ld": n, "st": n, "sites": n, "swizzle": Swizzle, "after": n}}``."""
+    out = {}
+    for acc in shared_accesses(func, **kw):
+        row = out.setdefault(acc.buffer, {"ld": 0, "st": 0, "sites": 0, "accesses": [],
+                                          "bytes": acc.buffer_bytes})
+        row[acc.kind] += acc.conflicts
+        row["sites"] += 1
+        row["accesses"].extend(acc.accesses)
+    for row in out.values():
+        accesses = row.pop("accesses")
+        row["swizzle"], row["after"] = synthesize(accesses, row.pop("bytes") or 1)
+    return out

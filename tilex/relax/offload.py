@@ -112,7 +112,7 @@ def _same(a, b):
     """Whether two sizes (int or PrimExpr) are provably equal."""
     if isinstance(a, int) and isinstance(b, int):
         return a == b
-    return tvm.arith.Analyzer().can_prove_equal(tvm.tirx.const(a, "int64") if isinstance(a, int) else a,
+    return tvm.sym.Analyzer().can_prove_equal(tvm.tirx.const(a, "int64") if isinstance(a, int) else a,
                                                 tvm.tirx.const(b, "int64") if isinstance(b, int) else b)
 
 
