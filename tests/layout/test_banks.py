@@ -100,3 +100,15 @@ def test_report_of_a_transpose_through_shared_memory(dtype, loads, swizzle):
     k = tilex.compile(_transpose(dtype), out_idx=-1, target="sm_90a")
     report = k.bank_conflicts()
     assert report == {"S": {"ld": loads, "st": 0, "sites": 2, "swizzle": swizzle, "after": 4 * 3}}
+
+
+def test_the_staged_gemm_epilogue_stores_are_read_and_conflict_free():
+    """The C tile a warp-specialized GEMM stages for its TMA store: the XOR-swizzled fragment stores (the swizzle
+    is written as ^ in the address, which TVM's simplifier does not fold) are found, 64 per thread, none
+    conflicting."""
+    import tilex
+    from tilex.kernels.gemm import matmul
+
+    k = tilex.compile(matmul(1024, 1024, 1024, 128, 256, 64, 3, 256, stage_c=True), out_idx=-1, target="sm_90a")
+    report = k.bank_conflicts()
+    assert report["C_s"] == {"ld": 0, "st": 0, "sites": 1, "swizzle": Swizzle(0, 0, 0), "after": 0}

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
+import tvm.ir.prim.expr as E
 from tvm import tirx
 
 from tilex.ir.visit import BufferLoadNode, dtype_of, row_major_offset, substitute, walk
@@ -198,9 +199,38 @@ def _is_shared(buf) -> bool:
     return str(buf.scope()).startswith("shared")
 
 
-def _const(e, analyzer):
-    v = analyzer.simplify(e)
-    return int(v) if isinstance(v, tirx.IntImm) else None
+def _trunc_div(a, b):
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+# integer arithmetic of an address (TVM's simplifier does not fold XOR of constants, the swizzles' operator)
+_INT_OPS = {E.Add: lambda a, b: a + b, E.Sub: lambda a, b: a - b, E.Mul: lambda a, b: a * b,
+            E.FloorDiv: lambda a, b: a // b, E.FloorMod: lambda a, b: a % b,
+            E.Div: _trunc_div, E.Mod: lambda a, b: a - _trunc_div(a, b) * b, E.Min: min, E.Max: max,
+            E.BitwiseXor: lambda a, b: a ^ b, E.BitwiseAnd: lambda a, b: a & b, E.BitwiseOr: lambda a, b: a | b,
+            E.LShift: lambda a, b: a << b, E.RShift: lambda a, b: a >> b,
+            E.EQ: lambda a, b: int(a == b), E.NE: lambda a, b: int(a != b), E.LT: lambda a, b: int(a < b),
+            E.LE: lambda a, b: int(a <= b), E.GT: lambda a, b: int(a > b), E.GE: lambda a, b: int(a >= b),
+            E.And: lambda a, b: int(bool(a) and bool(b)), E.Or: lambda a, b: int(bool(a) or bool(b))}
+
+
+def _const(e, env):
+    """The integer value of `e` with the variables of `env` (Var -> int), or None when it uses another."""
+    if isinstance(e, E.IntImm):
+        return int(e)
+    if isinstance(e, E.Var):
+        return env.get(e)
+    if isinstance(e, E.Cast):
+        return _const(e.value, env)
+    if isinstance(e, E.Select):
+        c = _const(e.condition, env)
+        return None if c is None else _const(e.true_value if c else e.false_value, env)
+    op = _INT_OPS.get(type(e))
+    if op is None:
+        return None
+    a, b = _const(e.a, env), _const(e.b, env)
+    return None if a is None or b is None else op(a, b)
 
 
 def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> list:
@@ -210,7 +240,6 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> l
     around it makes the access that many elements wide (16-byte pieces past 16 bytes). Buffers are assumed to
     start 128-byte aligned. Accesses through intrinsics (ldmatrix, cp.async, TMA, wgmma descriptors) are not
     read yet, nor ones whose address depends on a symbolic size."""
-    analyzer = tvm.sym.Analyzer()
     found = {}  # (buffer name, kind, id of the node) -> SharedAccess
     threads = {}
 
@@ -240,15 +269,13 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> l
         tid = threads.get("threadIdx.x")
         accesses = []
         for values in itertools.islice(itertools.product(*extents), max_iterations):
-            bind = {lp.loop_var: tirx.const(v, dtype_of(lp.loop_var)) for lp, v in zip(outer, values)}
-            for tag, var in threads.items():
-                if var is not tid:
-                    bind[var] = tirx.const(0, dtype_of(var))
+            bind = {var: 0 for var in threads.values()}
+            bind.update((lp.loop_var, v) for lp, v in zip(outer, values))
             addrs = []
             for lane in range(warp_threads):
                 if tid is not None:
-                    bind[tid] = tirx.const(lane, dtype_of(tid))
-                a = _const(substitute(flat, bind), analyzer)
+                    bind[tid] = lane
+                a = _const(flat, bind)
                 if a is None:
                     return
                 addrs.append(a * nbytes)
