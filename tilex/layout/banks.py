@@ -260,9 +260,15 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> l
             return
         pieces = max(1, width // 16)
         width = min(width, 16)
-        extents = [range(int(lp.extent)) if isinstance(lp.extent, tirx.IntImm) else None for lp in outer]
-        if None in extents:
-            return
+        zero = {var: 0 for var in threads.values()}
+        extents = []
+        for lp in outer:
+            lo = _const(lp.min, zero) if lp.min is not None else 0
+            n = _const(lp.extent, zero)
+            if lo is None:
+                return
+            # a loop whose trip count depends on the block (a persistent kernel's tile loop): its first iteration
+            extents.append(range(lo, lo + n) if n is not None and isinstance(lp.extent, tirx.IntImm) else [lo])
         size = 1
         for d in buf.shape:
             size *= int(d) if isinstance(d, tirx.IntImm) else 0
