@@ -80,11 +80,6 @@ def rope_tables():
     """RoPE (rotate-half) on a (b, s, 4, 64) input with one table row per row ((b, s, 1, 64); b and s symbolic),
     and on the same input with a per-head table ((s, 4, 64)), which the offload leaves to TVM."""
 
-    def rope(u, cos, sin):
-        halves = R.split(u, 2, axis=-1)
-        rot = R.concat((R.negative(halves[1]), halves[0]), axis=-1)
-        return R.add(R.multiply(u, cos), R.multiply(rot, sin))
-
     @I.ir_module
     class Mod:
         @R.function

@@ -23,7 +23,6 @@ def concat_kernel(M, cols_a, cols_b, chunk=4096, threads=128, dtype="float16"):
     """Y = [A | B] for A (M, cols_a) and B (M, cols_b): a concatenation along a trailing axis (a KV cache and its
     new tokens). The grid's x blocks copy `chunk`-column pieces, first A's, then B's; y is the row. A piece is
     a whole chunk when `chunk` divides the columns (then the copies are vectorized), else it is guarded."""
-    na, nb = -(-cols_a // chunk), -(-cols_b // chunk)
     ca = chunk if cols_a % chunk == 0 else min(chunk, 8 * threads)
     cb = chunk if cols_b % chunk == 0 else min(chunk, 8 * threads)
     na, nb = -(-cols_a // ca), -(-cols_b // cb)

@@ -16,28 +16,17 @@ from tvm import relax
 from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
 from tilex import dtypes, env
-from tilex.kernels.quant_matmul import (QuantTiles, check_group, chunk_bit_table, default_tiles, prepack_program,
-                                        quant_matmul, weight_fragment)
+from tilex.kernels.quant_matmul import (check_group, chunk_bit_table, default_tiles, prepack_program, quant_matmul,
+                                        weight_fragment)
 from tilex.op.dequantize import packed_order
-from tilex.ops.quant import PackedWeight, block_tiles, m_tile
+from tilex.ops.quant import PackedWeight, block_tiles
 from tilex.relax.extern import call_kernel
-from tilex.relax.shapes import flat as _flat, rows as _rows, rows_arg as _rows_arg, shape as _shape, unflat as _unflat
+from tilex.relax.shapes import flat as _flat, is_transpose as _is_transpose, rows as _rows, rows_arg as _rows_arg, \
+    shape as _shape, static_shape, unflat as _unflat
 
 __all__ = ["rewrite"]
 
 _CODES = {"int8": dtypes.int_type(8, signed=True), "uint8": dtypes.int_type(8, signed=False)}
-
-
-def _static_dims(ty):
-    shape = getattr(ty, "shape", None)
-    if shape is None or not hasattr(shape, "values"):
-        return None
-    dims = []
-    for d in shape.values:
-        if not hasattr(d, "value"):
-            return None
-        dims.append(int(d.value))
-    return dims
 
 
 def rewrite(off, func):
@@ -59,14 +48,16 @@ def rewrite(off, func):
 def _offload(off, x, q, qg, s, w, t, call):
     """`call` offloaded (`qg`: the codes reshaped into groups, None per channel), or `call` itself."""
     act = str(x.ty.dtype)
-    xd, sd, wd = _shape(x.ty), _static_dims(s.ty), _static_dims(w.ty)
-    qd = _static_dims((q if qg is None else qg).ty)
+    xd, sd, wd = _shape(x.ty), static_shape(s.ty), static_shape(w.ty)
+    qd = static_shape((q if qg is None else qg).ty)
     if xd is None or qd is None or sd is None or wd is None or len(wd) != 2 or act not in ("float16", "bfloat16"):
         return call
     if str(q.ty.dtype) not in _CODES or str(s.ty.dtype) != act or str(w.ty.dtype) != act or \
             str(call.ty.dtype) != act or not _is_transpose(t):
         return call
     n, k = wd
+    if static_shape(q.ty) != [n, k]:
+        return call
     if len(qd) == 2 and sd == [n, 1]:
         g = k
     elif len(qd) == 3 and qd[0] == n and qd[1] * qd[2] == k and sd == [n, qd[1], 1]:
@@ -82,13 +73,11 @@ def _offload(off, x, q, qg, s, w, t, call):
         return call
     mrows = _rows(xd)
     pw = PackedWeight(None, None, None, wt, g, (n, k), tiles, act, target)
-    bm_rows = mrows if isinstance(mrows, int) else 128
+    bm_rows = mrows if isinstance(mrows, int) else 128  # symbolic rows: blocks of at most 128
     try:
         block = block_tiles(bm_rows, pw, 1)
     except ValueError:
         return call
-    if not isinstance(mrows, int) and block.bm > m_tile(128):
-        block = QuantTiles(block.bn, m_tile(128), block.bk, block.threads, block.num_stages)
     prep = off.kernel(("dequant_prepack", n, k, str(wt), tiles, act),
                       lambda: prepack_program(n, k, wt, tiles, target, act), "dequant_prepack")
     kern = off.kernel(("dequant_matmul", mrows if isinstance(mrows, int) else None, n, k, str(wt), g, block, act),
@@ -96,8 +85,6 @@ def _offload(off, x, q, qg, s, w, t, call):
     order = np.ascontiguousarray(packed_order(weight_fragment(tiles, target, act)), dtype="int32")
     bits = chunk_bit_table(wt.bits).numpy().astype("int32")
     codes = q
-    if _static_dims(q.ty) != [n, k]:
-        return call
     if str(q.ty.dtype) == "int8":
         codes = relax.op.astype(codes, "uint8")  # two's complement bits: the code the int8 type decodes
     u8 = relax.TensorType([n, k], "uint8")
@@ -107,19 +94,14 @@ def _offload(off, x, q, qg, s, w, t, call):
     groups = k // g
     scales = relax.op.permute_dims(relax.op.reshape(s, relax.ShapeExpr([n, groups])))
     zeros = relax.const(np.zeros((1, n), dtype=act))
-    w_ty = off_words_type(prep)
+    w_ty = _words_type(prep)
     out = call_kernel(kern, [_flat(x, xd, mrows, k), words, scales, zeros],
                       [relax.TensorType([mrows, k], act), w_ty, relax.TensorType([groups, n], act),
                        relax.TensorType([1, n], act)])
     return _unflat(out, xd, n)
 
 
-def off_words_type(prep):
+def _words_type(prep):
     """The Relax type of the prepack kernel's output (the packed words, static)."""
     p = prep.params[prep.out_idx[0]]
     return relax.TensorType([int(d) for d in p.shape], p.dtype)
-
-
-def _is_transpose(e):
-    axes = e.attrs.axes
-    return axes is None or [int(a) for a in axes] == [1, 0]

@@ -47,8 +47,8 @@ from tilex.kernels.copies import column_slice_kernel, concat_kernel
 from tilex.kernels.rope import rope_kernel
 from tilex.kernels.softmax import softmax_kernel
 from tilex.relax import dequant
-from tilex.relax.shapes import dims_key as _dims_key, flat as _flat, prod as _prod, rows as _rows, \
-    rows_arg as _rows_arg, shape as _shape, static as _static, unflat as _unflat
+from tilex.relax.shapes import dims_key as _dims_key, flat as _flat, is_transpose as _is_transpose, prod as _prod, \
+    rows as _rows, rows_arg as _rows_arg, shape as _shape, static as _static, unflat as _unflat
 from tilex.relax.extern import attach_kernels, call_kernel, compile_extern
 
 __all__ = ["offload", "OffloadToTilex", "OPS"]
@@ -56,7 +56,8 @@ __all__ = ["offload", "OffloadToTilex", "OPS"]
 #: Relax activation operators a GEMM epilogue applies (kernels/gemm.py: matmul_bias_act)
 ACTIVATIONS = {"relax.nn.relu": "relu", "relax.nn.gelu": "gelu", "relax.nn.gelu_tanh": "gelu_tanh",
                "relax.nn.silu": "silu"}
-OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split", "concat", "dequant_matmul")
+OPS = ("matmul", "gemm_epilogue", "rms_norm", "layer_norm", "softmax", "attention", "rope", "split", "concat",
+       "dequant_matmul")
 _FLOAT = ("float16", "bfloat16")
 _COPYABLE = _FLOAT + ("float32",)
 SWAP_AB_ROWS = 64  # static row counts up to this take the swap-AB program
@@ -69,8 +70,8 @@ def _value(e, var2val):
     while True:
         if isinstance(e, relax.Var) and e in var2val:
             e = var2val[e]
-        elif isinstance(e, relax.TupleGetItem) and isinstance(_value(e.tuple_value, var2val), relax.Tuple):
-            e = _value(e.tuple_value, var2val).fields[e.index]
+        elif isinstance(e, relax.TupleGetItem) and isinstance(tup := _value(e.tuple_value, var2val), relax.Tuple):
+            e = tup.fields[e.index]
         else:
             return e
 
@@ -558,11 +559,6 @@ def _output_reshapes_as_views(func):
         return func
     return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body), func.ret_ty, func.is_pure,
                           func.attrs)
-
-
-def _is_transpose(call):
-    axes = call.attrs.axes
-    return axes is None or [int(a) for a in axes] == [1, 0]
 
 
 def offload(mod, target=None, ops=OPS):

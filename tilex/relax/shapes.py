@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from tvm import relax, tirx
 
-__all__ = ["static", "shape", "prod", "rows", "rows_arg", "flat", "unflat", "dims_key"]
+__all__ = ["static", "shape", "static_shape", "prod", "rows", "rows_arg", "flat", "unflat", "dims_key",
+           "is_transpose"]
 
 
 def static(e):
@@ -15,6 +16,14 @@ def shape(ty):
     if not isinstance(ty, relax.TensorType) or ty.shape is None or not hasattr(ty.shape, "values"):
         return None
     return list(ty.shape.values)
+
+
+def static_shape(ty):
+    """The dimensions of a tensor type as ints when all are static, else None."""
+    dims = shape(ty)
+    if dims is None or any(static(d) is None for d in dims):
+        return None
+    return [static(d) for d in dims]
 
 
 def prod(dims):
@@ -57,3 +66,9 @@ def dims_key(dims):
         v = d if isinstance(d, int) else static(d)
         out.append(v if v is not None else str(d))
     return out
+
+
+def is_transpose(call):
+    """Whether a ``permute_dims`` call transposes a matrix (no axes given, or (1, 0))."""
+    axes = call.attrs.axes
+    return axes is None or [int(a) for a in axes] == [1, 0]
