@@ -65,3 +65,25 @@ def test_loading_refuses_what_is_not_an_export(tmp_path):
     (tmp_path / export.META_NAME).write_text(json.dumps({"format": 999}))
     with pytest.raises(tilex.ExportError, match="format 999"):
         tilex.load(tmp_path)
+
+
+def test_write_directory_replaces_only_on_success(tmp_path):
+    """Both exports (a kernel's, a DynamicKernel's) write through write_directory: the directory appears whole,
+    replaces an older one, and a failing writer leaves neither it nor its temporary sibling behind."""
+    def fill(tmp):
+        with open(os.path.join(tmp, "a"), "w") as f:
+            f.write("new")
+
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "old").write_text("old")
+    assert export.write_directory(target, fill) == str(target)
+    assert sorted(os.listdir(target)) == ["a"]
+
+    def broken(tmp):
+        fill(tmp)
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        export.write_directory(tmp_path / "other", broken)
+    assert sorted(os.listdir(tmp_path)) == ["out"]

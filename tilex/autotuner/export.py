@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 
 from tilex.autotuner.launch_shape import LaunchShape
 from tilex.jit import export as _export
@@ -30,11 +28,8 @@ def _subdir(i):
 
 def write(kernel, path) -> str:
     """Write `kernel` (a DynamicKernel) to the directory `path` (created or replaced); returns the path."""
-    path = os.path.abspath(os.fspath(path))
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tilex-export-", dir=parent)
-    try:
+
+    def fill(tmp):
         for i, k in enumerate(kernel.kernels):
             if k is not None:
                 _export.export(k, os.path.join(tmp, _subdir(i)))
@@ -44,13 +39,8 @@ def write(kernel, path) -> str:
                 "shapes": [s.to_json() if s is not None else None for s in kernel.table.shapes]}
         with open(os.path.join(tmp, META_NAME), "w") as f:
             json.dump(meta, f, indent=1)
-        if os.path.isdir(path):
-            shutil.rmtree(path)
-        os.rename(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
+
+    return _export.write_directory(path, fill)
 
 
 def read(path):

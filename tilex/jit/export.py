@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 
-__all__ = ["export", "read", "params_json", "stand_in_func", "ExportError", "FORMAT"]
+__all__ = ["export", "read", "params_json", "stand_in_func", "write_directory", "ExportError", "FORMAT"]
 
 FORMAT = 1
 LIB_NAME = "kernel.so"
@@ -100,11 +100,8 @@ def export(kernel, path) -> str:
             "kernel.export: this kernel has no compiled binary to export. It was built on a machine without a "
             "GPU, where TVM's CUDA module holds only the CUDA source; compile it on a GPU machine (or load it "
             "from a kernel cache written there) and export it there")
-    path = os.path.abspath(os.fspath(path))
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".tilex-export-", dir=parent)
-    try:
+
+    def fill(tmp):
         kernel.export_library(os.path.join(tmp, LIB_NAME))
         with open(os.path.join(tmp, SRC_NAME), "w") as f:
             f.write(kernel.get_kernel_source() or "")
@@ -113,6 +110,20 @@ def export(kernel, path) -> str:
                     resources=kernel.resources.to_json() if kernel.resources is not None else None)
         with open(os.path.join(tmp, META_NAME), "w") as f:
             json.dump(meta, f, indent=1)
+
+    return write_directory(path, fill)
+
+
+def write_directory(path, fill) -> str:
+    """Create or replace the directory `path` with what ``fill(tmp)`` writes into a temporary sibling directory,
+    renamed into place only when it returns (a failed export leaves no half-written directory); returns the
+    absolute path."""
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".tilex-export-", dir=parent)
+    try:
+        fill(tmp)
         if os.path.isdir(path):
             shutil.rmtree(path)
         os.rename(tmp, path)
