@@ -10,6 +10,7 @@ import tilex.language as T  # noqa: E402
 from tilex.autotuner import AutoTuner  # noqa: E402
 from tilex.autotuner.dispatch import DynamicKernel  # noqa: E402
 
+from isolated import run_without_nvcc  # noqa: E402
 from programs import matmul  # noqa: E402
 
 CONFIGS = [dict(bm=64, bn=64, stages=3), dict(bm=128, bn=128, stages=3), dict(bm=128, bn=128, stages=4)]
@@ -56,10 +57,6 @@ def test_dynamic_profile_on_two_threads_of_one_gpu():
 @pytest.mark.gpu
 def test_dynamic_kernel_export_loads_in_a_process_without_nvcc(tmp_path):
     import json
-    import os
-    import subprocess
-    import sys
-    import textwrap
 
     tuner = AutoTuner(gemm, CONFIGS, out_idx=-1, ref_prog=lambda a, b: a @ b, dynamic={"m": 1024}, progress=False,
                       warmup=1, rep=3, cache=False)
@@ -68,15 +65,9 @@ def test_dynamic_kernel_export_loads_in_a_process_without_nvcc(tmp_path):
     values = [1, 7, 129, 1000, 1500, 5000]
     expected = {m: dk.choose(m) for m in values}
     (tmp_path / "expected.json").write_text(json.dumps(expected))
-    script = textwrap.dedent(f"""
-        import json, shutil
-        import tvm, tvm_ffi
-        def no_nvcc(*a, **k):
-            raise RuntimeError("nvcc was called")
-        tvm_ffi.register_global_func("tvm_callback_cuda_compile", no_nvcc, override=True)
-        import tilex, torch
+    script = f"""
+        import json, torch
         from tilex.autotuner.dispatch import DynamicKernel
-        assert shutil.which("nvcc") is None
         dk = tilex.load({str(tmp_path / "dyn")!r})
         assert isinstance(dk, DynamicKernel), dk
         expected = json.load(open({str(tmp_path / "expected.json")!r}))
@@ -92,15 +83,6 @@ def test_dynamic_kernel_export_loads_in_a_process_without_nvcc(tmp_path):
         else:
             raise AssertionError("a B of the wrong shape was accepted")
         print("LOADED OK")
-    """)
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    env.pop("CUDA_PATH", None)
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                  if p and not os.path.exists(os.path.join(p, "nvcc")))
-    (tmp_path / "empty-cache").mkdir()
-    env["TILEX_CACHE_DIR"] = str(tmp_path / "empty-cache")
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = os.pathsep.join([repo, env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    """
+    r = run_without_nvcc(script, tmp_path)
     assert r.returncode == 0 and "LOADED OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

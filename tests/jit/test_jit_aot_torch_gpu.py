@@ -2,9 +2,6 @@
 PyTorch operators under torch.compile(fullgraph=True), CUDA-graph capture and torch.library.opcheck."""
 import itertools
 import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
@@ -14,11 +11,10 @@ import tilex.language as T
 from tilex.kernels.gemm import matmul
 
 import op_programs
+from isolated import run_without_nvcc
 
 pytestmark = pytest.mark.gpu
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 _names = itertools.count()
 
 
@@ -36,16 +32,8 @@ def test_export_then_load_in_a_process_without_nvcc(tmp_path):
     gemm.export(tmp_path / "gemm")
     scale.export(tmp_path / "scale")
     assert sorted(os.listdir(tmp_path / "gemm")) == ["kernel.cu", "kernel.json", "kernel.so"]
-    script = textwrap.dedent(f"""
-        import os, shutil
-        import tvm, tvm_ffi
-        def no_nvcc(*a, **k):
-            raise RuntimeError("nvcc was called")
-        tvm_ffi.register_global_func("tvm_callback_cuda_compile", no_nvcc, override=True)
-        import tilex, torch
-        import tilex.env
-        tilex.env.find_nvcc = no_nvcc
-        assert shutil.which("nvcc") is None
+    script = f"""
+        import torch
         gemm = tilex.load({str(tmp_path / "gemm")!r})
         scale = tilex.load({str(tmp_path / "scale")!r})
         b = torch.randn(256, 256, device="cuda", dtype=torch.float16)
@@ -67,17 +55,8 @@ def test_export_then_load_in_a_process_without_nvcc(tmp_path):
             raise AssertionError("a B of the wrong shape was accepted")
         assert not os.listdir(os.environ["TILEX_CACHE_DIR"])
         print("LOADED OK")
-    """)
-    env = dict(os.environ)
-    env.pop("CUDA_HOME", None)
-    env.pop("CUDA_PATH", None)
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                  if p and not os.path.exists(os.path.join(p, "nvcc")))
-    cache = tmp_path / "empty-cache"
-    cache.mkdir()
-    env["TILEX_CACHE_DIR"] = str(cache)
-    env["PYTHONPATH"] = os.pathsep.join([REPO, env.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    """
+    r = run_without_nvcc(script, tmp_path)
     assert r.returncode == 0 and "LOADED OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
 
 
