@@ -21,3 +21,18 @@ def matmul(M, N, K, panel=None, order="row", bm=128, bn=128, bk=32, stages=3, th
             T.copy(C_l, C[by * bm, bx * bn])
 
     return main
+
+
+def shared_transpose(M, N, dtype="float32", tile=32, threads=256):
+    """B = A^T through a shared tile: stored row by row (vectorized), read down its columns, S[j, i], one element
+    per thread and round (no vector loop)."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((N, M), dtype)):
+        with T.Kernel(T.ceildiv(N, tile), T.ceildiv(M, tile), threads=threads) as (bx, by):
+            S = T.alloc_shared((tile, tile), dtype)
+            for i, j in T.Parallel(tile, tile):
+                S[i, j] = A[by * tile + i, bx * tile + j]
+            for i, j in T.Parallel(tile, tile):
+                B[bx * tile + i, by * tile + j] = S[j, i]
+
+    return main

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from layout_testlib import grid
+from programs import shared_transpose
 from tilex.layout.banks import (TMA_MODES, Swizzle, WarpAccess, column_elements, conflicts, ldmatrix_rows,
                                 row_vectors, synthesize, wavefronts)
 from tilex.layout.swizzle import make_swizzled_layout
@@ -74,21 +75,6 @@ def test_bad_accesses_and_swizzles_are_refused():
         Swizzle(3, 4, 2)
 
 
-def _transpose(dtype, tile=32):
-    import tilex.language as T
-
-    @T.prim_func
-    def main(A: T.Tensor((256, 128), dtype), B: T.Tensor((128, 256), dtype)):
-        with T.Kernel(128 // tile, 256 // tile, threads=256) as (bx, by):
-            S = T.alloc_shared((tile, tile), dtype)
-            for i, j in T.Parallel(tile, tile):
-                S[i, j] = A[by * tile + i, bx * tile + j]
-            for i, j in T.Parallel(tile, tile):
-                B[bx * tile + i, by * tile + j] = S[j, i]
-
-    return main
-
-
 @pytest.mark.parametrize("dtype,loads,swizzle", [("float32", 4 * 31, Swizzle(3, 4, 3)),
                                                  ("float16", 4 * 15, Swizzle(2, 4, 3))])
 def test_report_of_a_transpose_through_shared_memory(dtype, loads, swizzle):
@@ -97,7 +83,7 @@ def test_report_of_a_transpose_through_shared_memory(dtype, loads, swizzle):
     the swizzle's XOR above bit 4, so the best one leaves 3 conflicts per load."""
     import tilex
 
-    k = tilex.compile(_transpose(dtype), out_idx=-1, target="sm_90a")
+    k = tilex.compile(shared_transpose(256, 128, dtype), out_idx=-1, target="sm_90a")
     report = k.bank_conflicts()
     assert report == {"S": {"ld": loads, "st": 0, "sites": 2, "swizzle": swizzle, "after": 4 * 3}}
 

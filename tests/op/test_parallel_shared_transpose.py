@@ -4,20 +4,8 @@ torch."""
 import pytest
 
 import tilex
-import tilex.language as T
 
-
-def transpose(M, N, dtype="float32", tile=32, threads=256):
-    @T.prim_func
-    def main(A: T.Tensor((M, N), dtype), B: T.Tensor((N, M), dtype)):
-        with T.Kernel(T.ceildiv(N, tile), T.ceildiv(M, tile), threads=threads) as (bx, by):
-            S = T.alloc_shared((tile, tile), dtype)
-            for i, j in T.Parallel(tile, tile):
-                S[i, j] = A[by * tile + i, bx * tile + j]
-            for i, j in T.Parallel(tile, tile):
-                B[bx * tile + i, by * tile + j] = S[j, i]
-
-    return main
+from programs import shared_transpose as transpose
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
