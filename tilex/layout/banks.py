@@ -275,7 +275,7 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> l
         tid = threads.get("threadIdx.x")
         accesses = []
         for values in itertools.islice(itertools.product(*extents), max_iterations):
-            bind = {var: 0 for var in threads.values()}
+            bind = dict(zero)
             bind.update((lp.loop_var, v) for lp, v in zip(outer, values))
             addrs = []
             for lane in range(warp_threads):
