@@ -1,5 +1,15 @@
 """Tile programs several tests compile (tests/ is on sys.path through its conftest.py)."""
+import pathlib
+import runpy
+
 import tilex.language as T
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[1] / "examples"
+
+
+def example(name):
+    """The globals of examples/<name>.py (a script, not an importable module: its main() is not run)."""
+    return runpy.run_path(str(EXAMPLES / f"{name}.py"))
 
 
 def matmul(M, N, K, panel=None, order="row", bm=128, bn=128, bk=32, stages=3, threads=128, enable=True):

@@ -22,8 +22,9 @@ from .jit.torch_op import custom_op  # noqa: E402
 from .autotuner import autotune, AutoTuner  # noqa: E402
 from .autotuner.dispatch import load  # noqa: E402
 from .ir.source import TileScriptError  # noqa: E402
-from .op.base import LayoutConflictError, TileOpError  # noqa: E402
+from .op.base import LayoutConflictError, LayoutConversionWarning, TileOpError  # noqa: E402
 
 __all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "TilexPerformanceWarning", "env",
-           "dtypes", "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError", "load",
+           "dtypes", "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError", "LayoutConversionWarning",
+           "load",
            "ExportError", "custom_op"]

@@ -22,6 +22,7 @@ KNOWN = {
     "warpgroup_turns": "opt in: in such loops with two consumer warpgroups, each issues its block of MMAs (S of this key block, P V of the last) in turns with the other (named barriers), as FlashAttention-3's ping-pong",
     "disable_fast_math": "float32 T.exp2 / T.exp use the precise exp2f / expf instead of ex2.approx (one instruction, relative error about 2^-22)",
     "disable_decode_into_registers": "a shared tile that one T.Parallel loop writes whole and one T.gemm reads as B (transpose_B) stays in shared memory instead of becoming the MMA's register operand (the gemm swapped, C^T = B A^T; sm_90a)",
+    "disable_bank_swizzle": "shared tiles without a layout of their own stay row-major instead of taking the swizzle the bank-conflict model synthesizes for their loads and stores",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",
 }
 

@@ -1,8 +1,5 @@
 """The examples' tile programs against torch on the GPU, including ragged shapes: softmax and the norms from
 tilex.kernels, the others from the example scripts themselves (examples/*.py, run as modules: main() not called)."""
-import pathlib
-import runpy
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -10,14 +7,7 @@ torch = pytest.importorskip("torch")
 import tilex  # noqa: E402
 from tilex.kernels.norms import layernorm_kernel, rmsnorm_kernel  # noqa: E402
 from tilex.kernels.softmax import softmax_kernel  # noqa: E402
-
-EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
-
-
-def _example(name):
-    """The globals of examples/<name>.py (a script, not an importable module)."""
-    return runpy.run_path(str(EXAMPLES / f"{name}.py"))
-
+from programs import example as _example  # noqa: E402
 
 column_sum_kernel = _example("column_sum")["column_sum_kernel"]
 transpose_kernel = _example("transpose")["transpose_kernel"]
@@ -96,7 +86,7 @@ def test_splitk_gemm_with_atomics(shape):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("seq,dim", [(512, 128), (1024, 64)])
 def test_tilelang_style_flash_attention(causal, seq, dim):
-    flashattn = runpy.run_path(str(EXAMPLES / "flash_attention" / "mha_fwd_tilelang_style.py"))["flashattn"]
+    flashattn = _example("flash_attention/mha_fwd_tilelang_style")["flashattn"]
     k = tilex.compile(flashattn(2, 4, seq, dim, causal), out_idx=[3])
     q, kk, v = (torch.randn(2, 4, seq, dim, device="cuda", dtype=torch.float16) for _ in range(3))
     ref = torch.nn.functional.scaled_dot_product_attention(q, kk, v, is_causal=causal)

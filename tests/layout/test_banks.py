@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from layout_testlib import grid
-from programs import shared_transpose
-from tilex.layout.banks import (TMA_MODES, Swizzle, WarpAccess, column_elements, conflicts, ldmatrix_rows,
-                                row_vectors, synthesize, wavefronts)
+from programs import example, shared_transpose
+from tilex.layout.banks import (TMA_MODES, Swizzle, WarpAccess, column_elements, conflicts, fragment_accesses,
+                                ldmatrix_rows, row_vectors, synthesize, wavefronts)
 from tilex.layout.swizzle import make_swizzled_layout
 
 
@@ -80,12 +80,47 @@ def test_bad_accesses_and_swizzles_are_refused():
 def test_report_of_a_transpose_through_shared_memory(dtype, loads, swizzle):
     """Rows stored as 16-byte vectors (conflict-free), read down the columns: every lane of a warp in one bank
     (fp32: 31 conflicts per load, 4 loads a thread; fp16: 64-byte rows, two banks, 15). The 16-byte stores keep
-    the swizzle's XOR above bit 4, so the best one leaves 3 conflicts per load."""
+    the swizzle's XOR above bit 4, so the best one leaves 3 conflicts per load; tilex compiles the tile with it
+    unless told not to."""
     import tilex
 
-    k = tilex.compile(shared_transpose(256, 128, dtype), out_idx=-1, target="sm_90a")
-    report = k.bank_conflicts()
-    assert report == {"S": {"ld": loads, "st": 0, "sites": 2, "swizzle": swizzle, "after": 4 * 3}}
+    plain = tilex.compile(shared_transpose(256, 128, dtype), out_idx=-1, target="sm_90a",
+                          pass_configs={"tilex.disable_bank_swizzle": True})
+    assert plain.bank_conflicts() == {"S": {"ld": loads, "st": 0, "sites": 2, "swizzle": swizzle, "after": 4 * 3}}
+    swizzled = tilex.compile(shared_transpose(256, 128, dtype), out_idx=-1, target="sm_90a")
+    assert swizzled.bank_conflicts()["S"]["ld"] == 4 * 3
+
+
+def test_swizzle_layouts_address_as_the_byte_swizzle():
+    for s, shape, elem in [(Swizzle(3, 4, 3), (16, 64), 2), (Swizzle(5, 2, 5), (32, 32), 4), (Swizzle(3, 4, 6), (64, 64), 4)]:
+        i, j = grid(shape)
+        pi, pj = s.layout(shape, elem).map_numpy(i, j)
+        assert np.array_equal((np.asarray(pi) * shape[1] + np.asarray(pj)) * elem, s((i * shape[1] + j) * elem))
+    with pytest.raises(ValueError, match="straddles"):
+        Swizzle(3, 1, 3).layout((64, 64), 4)
+
+
+def test_fragment_accesses_follow_the_registers():
+    from tilex.op.partition import coalesced_plan
+
+    plan = coalesced_plan([64, 64], 128, 4)  # thread t: 4 consecutive floats of row t // 16, then 8 rows down
+    acc = fragment_accesses(plan, 4, vec=4)
+    assert len(acc) == 8 and all(a.width == 16 for a in acc)
+    assert acc[0].addresses == tuple(range(0, 2 * 256, 16))  # warp 0 covers rows 0 and 1
+    assert conflicts(acc) == 0
+    # the same registers one at a time: 4-byte accesses 16 bytes apart, 4 threads to a bank
+    scalars = fragment_accesses(plan, 4, vec=1)
+    assert len(scalars) == 32 and conflicts(scalars) == 32 * 3
+
+
+def test_lanes_that_are_not_consecutive_are_scalar_accesses():
+    """A packed read ``S[i, j // 2]`` vectorized over j: two lanes read one byte; modelled as one access a lane (a
+    16-bit access at an odd address would be refused). The tile's stores are cp.async (not modelled)."""
+    import tilex
+
+    int4_gemm_by_hand = example("layout_conflicts")["int4_gemm_by_hand"]
+    report = tilex.compile(int4_gemm_by_hand(256, 256, 256), target="sm_90a").bank_conflicts()
+    assert report["Wq_s"]["ld"] == 0 and report["Wq_s"]["sites"] == 1
 
 
 def test_the_staged_gemm_epilogue_stores_are_read_and_conflict_free():

@@ -3,6 +3,7 @@ import re
 
 import pytest
 
+import tilex
 import tilex.language as T
 from tilex.kernels.gemm import matmul
 from tilex.layout import Fragment, make_mma_accumulator_fragment, make_swizzled_layout
@@ -59,27 +60,27 @@ def test_free_fragments_get_one_coalesced_plan():
     assert "tilex.loop_layout" in func.script()
 
 
-def test_conflicting_layouts_are_reported():
+def test_conflicting_shared_layouts_are_reported():
+    """Two layouts for a shared tile (a fragment's conflict is settled by a conversion: test_layout_conversion)."""
     @T.prim_func
-    def f(A: T.Tensor((128, 32), "float16"), B: T.Tensor((32, 128), "float16")):
+    def f(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16")):
         with T.Kernel(1, threads=128) as bx:
-            A_s = T.alloc_shared((128, 32), "float16")
-            B_s = T.alloc_shared((32, 128), "float16")
-            C_l = T.alloc_fragment((128, 128), "float32")
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.annotate_layout({A_s: T.Layout((64, 64), lambda i, j: [j, i])})
             T.copy(A[0, 0], A_s)
             T.copy(B[0, 0], B_s)
-            T.gemm(A_s, B_s, C_l)  # first gemm
-            T.gemm(A_s, B_s, C_l, policy=T.GemmWarpPolicy.FullRow)  # second gemm
+            T.gemm(A_s, B_s, C_l)  # the gemm
 
-    with pytest.raises(LayoutConflictError, match="C_l") as ei:
-        infer(f)
-    # both operators named with the line the user wrote them on, and a caret block at the second
+    with pytest.raises(LayoutConflictError, match="A_s") as ei:  # the wgmma operand layout
+        layout_inference(inject_pipeline(f), tilex.env.resolve_target("sm_90a"))
+    # both sides named, the operator with the line the user wrote it on, and a caret block there
     msg = str(ei.value)
     lines = open(__file__).read().splitlines()
-    first, second = (f"{re.escape(__file__)}:{next(n for n, t in enumerate(lines, 1) if t.endswith(c))}"
-                     for c in ("# first gemm", "# second gemm"))
-    assert re.search(rf"\(at {first}\) requires .* \(at {second}\) requires", msg), msg
-    assert re.search(rf"--> {second}:\d+\n", msg) and "# second gemm" in msg, msg
+    gemm = f"{re.escape(__file__)}:{next(n for n, t in enumerate(lines, 1) if t.endswith('# the gemm'))}"
+    assert re.search(rf"T.annotate_layout requires .* \(at {gemm}\) requires", msg), msg
+    assert re.search(rf"--> {gemm}:\d+\n", msg) and "# the gemm" in msg, msg
 
 
 def test_unsupported_gemm_dtype_is_reported():

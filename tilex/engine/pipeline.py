@@ -37,9 +37,10 @@ from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
 from tilex.transform.hopper.warp_specialize import warp_specialize
 from tilex.transform.layout_inference import layout_inference
-from tilex.transform.lower_tile_ops import lower_tile_ops
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.register_operand import register_operand
+from tilex.transform.stage_through_shared import stage_through_shared
+from tilex.transform.swizzle_shared_tiles import lower_with_swizzles
 from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 from tilex.transform.thread_sync import ThreadSync
@@ -70,9 +71,10 @@ def is_user_error(exc: BaseException) -> bool:
 def _tile_passes(func, target):
     func = canonicalize(func)
     func = register_operand(func, target)
+    func = stage_through_shared(func, target)
     func = inject_pipeline(func, target)
     func = layout_inference(func, target)
-    func = lower_tile_ops(func, target)
+    func = lower_with_swizzles(func, target)
     func = warp_specialize(func)
     func = persistent_tiles(func, target)
     return thread_block_swizzle(func)  # after lowering: bounds proofs see grid ranges

@@ -32,6 +32,9 @@ REGION_OP = "tilex.region"
 #: function attribute {buffer var: encoded Layout/Fragment}: transform.layout_inference writes,
 #: transform.lower_tile_ops reads.
 LAYOUT_MAP_ATTR = "tilex.layout_map"
+#: function attribute, the notes (list of str) of the layout conversions transform.layout_inference inserted;
+#: JITKernel.layout_conversions reads it.
+LAYOUT_CONVERSIONS_ATTR = "tilex.layout_conversions"
 #: T.Parallel loop annotation, its encoded thread Fragment: transform.layout_inference writes,
 #: transform.lower_tile_ops reads.
 LOOP_LAYOUT_ATTR = "tilex.loop_layout"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import warnings
 
 from tvm import ir
 
@@ -64,6 +65,16 @@ def location(span) -> str | None:
     if not places:
         return None
     return " (inlined at ".join(reversed(places)) + ")" * (len(places) - 1)
+
+
+def warn_at(message: str, category, span) -> None:
+    """Issue warning `message` as raised where the user wrote `span` (the innermost usable place), or from tilex's
+    caller when there is none."""
+    places = [s for s in spans(span) if _usable(s)] if span is not None else []
+    if places:
+        warnings.warn_explicit(message, category, places[0].source_name.name, places[0].line)
+    else:
+        warnings.warn(message, category, stacklevel=3)
 
 
 def _snippet(span) -> list:

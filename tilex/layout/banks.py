@@ -19,6 +19,7 @@ in every loop iteration) and :func:`bank_conflicts` reports them per buffer (``J
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,8 +29,10 @@ from tvm import tirx
 
 from tilex.ir.visit import BufferLoadNode, dtype_of, row_major_offset, substitute, walk
 
+from .layout import Layout
+
 __all__ = ["Swizzle", "WarpAccess", "wavefronts", "conflicts", "synthesize", "row_vectors", "ldmatrix_rows",
-           "column_elements", "TMA_MODES", "SharedAccess", "shared_accesses", "bank_conflicts"]
+           "column_elements", "fragment_accesses", "TMA_MODES", "SharedAccess", "shared_accesses", "bank_conflicts"]
 
 BANKS = 32
 WORD = 4
@@ -63,6 +66,33 @@ class Swizzle:
 
     def __str__(self):
         return f"Swizzle<{self.bits},{self.base},{self.shift}>" if self.bits else "identity"
+
+    def layout(self, shape, elem_bytes: int) -> Layout:
+        """The shared-memory Layout of a row-major tile of `shape` (`elem_bytes` per element) under this swizzle.
+        Written on chunks of 2^base bytes (``off + ((y ^ z) - y) * chunk``, y and z the chunk-index bits XORed and
+        read) so that the partitioner still proves vectors within a chunk contiguous."""
+        shape = [int(s) for s in shape]
+        if (1 << self.base) % elem_bytes or (math.prod(shape) * elem_bytes) % self.span:
+            raise ValueError(f"{self}: a tile of {shape} x {elem_bytes}-byte elements is not a whole number of "
+                             f"its {self.span}-byte blocks, or an element straddles its {1 << self.base}-byte chunks")
+        unit = (1 << self.base) // elem_bytes
+        group = 1 << self.bits
+
+        def fwd(*idx):
+            if not self.bits:
+                return list(idx)
+            off = row_major_offset(list(idx), shape)
+            chunk = tirx.floordiv(off, unit)
+            flip = tirx.floormod(chunk, group)  # div / mod rather than bit operations: the analyzer reasons on them
+            key = tirx.floormod(tirx.floordiv(chunk, 1 << self.shift), group)
+            return _unflatten(off + (tirx.bitwise_xor(flip, key) - flip) * unit, shape)
+
+        holder = {}
+        # an involution (the key bits sit above the flipped ones): the inverse has the same formula
+        lay = Layout(shape, fwd, output_shape=shape,
+                     inverse=lambda: Layout(shape, fwd, output_shape=shape, inverse=lambda: holder["lay"]))
+        holder["lay"] = lay
+        return lay
 
 
 IDENTITY = Swizzle(0, 0, 0)
@@ -178,6 +208,39 @@ def column_elements(row_bytes: int, elem_bytes: int = 4, col: int = 0, row0: int
     return WarpAccess(tuple((row0 + t) * row_bytes + col * elem_bytes for t in range(32)), elem_bytes, name)
 
 
+def fragment_accesses(frag, elem_bytes: int, vec: int = 1, name="fragment"):
+    """Warp 0's instructions storing (or loading) register fragment `frag` into a row-major tile: one per group of
+    `vec` consecutive registers, thread t touching its group's first element (every replica that warp 0 holds)."""
+    grids = np.meshgrid(*[np.arange(s) for s in frag.input_shape], indexing="ij")
+    flat = np.zeros(grids[0].shape, dtype=np.int64) if grids else np.zeros(())
+    for g, s in zip(grids, frag.input_shape):
+        flat = flat * int(s) + g
+    at = {}
+    for r in range(int(frag.replicate)):
+        thread, local = frag.map_numpy(*grids, rep=r)
+        reg = np.zeros(grids[0].shape, dtype=np.int64)
+        for lx, n in zip(local, frag.local_shape):
+            reg = reg * int(n) + np.broadcast_to(np.asarray(lx), grids[0].shape)
+        thread = np.broadcast_to(np.asarray(thread), grids[0].shape)
+        for t, l, o in zip(thread.ravel(), reg.ravel(), flat.ravel()):
+            if t < 32:
+                at[(int(l), int(t))] = int(o) * elem_bytes
+    out = []
+    for l0 in range(0, frag.local_size, vec):
+        addrs = tuple(at[(l0, t)] for t in range(32) if (l0, t) in at)
+        if addrs:
+            out.append(WarpAccess(addrs, vec * elem_bytes, name))
+    return out
+
+
+def _unflatten(flat, shape):
+    out = []
+    for s in reversed(shape[1:]):
+        out.append(tirx.floormod(flat, s))
+        flat = tirx.floordiv(flat, s)
+    return [flat] + out[::-1]
+
+
 # -- the shared-memory accesses of a lowered kernel
 
 @dataclass
@@ -193,6 +256,25 @@ class SharedAccess:
     @property
     def conflicts(self) -> int:
         return conflicts(self.accesses)
+
+
+def _contiguous_lanes(flat, lane_var, lanes, threads, loops):
+    """Whether offset `flat` advances by one element per lane of the vectorized loop over `lane_var` (checked with
+    the thread indices at zero and the other `loops` at their first iteration)."""
+    env = {var: 0 for var in threads.values()}
+    for lp in loops:
+        env[lp.loop_var] = _const(lp.min, env) if lp.min is not None else 0
+    first = None
+    for lane in range(lanes):
+        env[lane_var] = lane
+        a = _const(flat, env)
+        if a is None:
+            return False
+        if first is None:
+            first = a
+        elif a != first + lane:
+            return False
+    return True
 
 
 def _is_shared(buf) -> bool:
@@ -248,13 +330,19 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> l
         flat = indices[0] if len(indices) == 1 else row_major_offset(indices, buf.shape)
         lanes = 1
         if isinstance(flat, tirx.Ramp):
+            if not (isinstance(flat.stride, tirx.IntImm) and flat.stride.value == 1):
+                return
             lanes, flat = int(flat.lanes), flat.base
         vec = [lp for lp in loops if lp.kind == tirx.ForKind.VECTORIZED]
         outer = [lp for lp in loops if lp.kind != tirx.ForKind.VECTORIZED]
+        flat = substitute(flat, lets)
+        lane_var = vec[-1].loop_var if vec else None
+        if vec and not _contiguous_lanes(flat, lane_var, int(vec[-1].extent), threads, outer):
+            # lanes that are not consecutive elements: the vectorizer leaves one scalar access per lane
+            outer, vec = loops, []
         if vec:
             lanes *= int(vec[-1].extent)
-            flat = substitute(flat, {vec[-1].loop_var: tirx.const(0, dtype_of(vec[-1].loop_var))})
-        flat = substitute(flat, lets)
+            flat = substitute(flat, {lane_var: tirx.const(0, dtype_of(lane_var))})
         width = lanes * nbytes
         if width > 16 and width % 16:
             return

@@ -25,6 +25,11 @@ class LayoutConflictError(ValueError):
     """Two operators want different layouts for one buffer."""
 
 
+class LayoutConversionWarning(UserWarning):
+    """Layout inference settled a layout conflict by converting a fragment between two layouts (the message says
+    where and how: register moves or a round trip through shared memory)."""
+
+
 class TileOpError(ValueError):
     """A tile operator was used in a way tilex does not support (with the reason)."""
 
@@ -156,6 +161,16 @@ class TileOp:
 
     def infer_layout(self, ctx: InferContext, level: InferLevel) -> dict:
         return {}
+
+    def reads_writes(self, buffer) -> tuple[bool, bool]:
+        """(whether the operator reads `buffer`'s old values, whether it writes `buffer`): what a layout
+        conversion around it must carry in and out. Unknown means both."""
+        return True, True
+
+    def takes_shared(self, buffer) -> bool:
+        """Whether the operator works as well with `buffer` in shared memory as in registers (a fragment in
+        conflict can then be staged through shared memory instead of converted)."""
+        return False
 
     def stages_swizzled_shared(self, ctx: LowerContext) -> bool:
         """Whether `lower` allocates a swizzled shared tile of its own (it needs the 1 KB alignment that

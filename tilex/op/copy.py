@@ -14,9 +14,10 @@ from tilex import config
 from tilex.ir import intrin
 from tilex.ir.hardware import CP_ASYNC, LDMATRIX, MBARRIER_TX, TMA_STORE, WGMMA, supports, unsupported_message
 from tilex.ir.visit import map_nodes, storage_sync, substitute
+from tilex.layout.convert import in_same_threads
 from tilex.layout import (LayoutError, make_swizzled_layout, make_wgmma_operand_layout, swizzle_applicable,
                           wgmma_swizzle_bytes)
-from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
+from tilex.op.base import (InferLevel, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
 from tilex.op.partition import (access_vectorizable, analyzer_scope, block_offset, coalesced_plan,
                                 emit_by_fragment, emit_by_plan, fragment_vector_width, pick_vector,
@@ -68,6 +69,14 @@ class CopyOp(TileOp):
 
     def buffers(self):
         return [self.src.buffer, self.dst.buffer]
+
+    def reads_writes(self, buffer):
+        if buffer.same_as(self.dst.buffer):
+            return not self.dst.is_whole(), True  # a part written keeps the rest
+        return True, False
+
+    def takes_shared(self, buffer):
+        return True
 
     def describe(self):
         return f"T.copy({self.src} -> {self.dst})"
@@ -133,10 +142,10 @@ class CopyOp(TileOp):
                 return {db: s_lay}
             if d_lay is not None and s_lay is None:
                 return {sb: d_lay}
-            if s_lay is not None and d_lay is not None and not s_lay.is_equal(d_lay):
-                raise LayoutConflictError(
-                    f"{self.describe()}: fragments '{sb.name}' and '{db.name}' have different layouts "
-                    f"({s_lay} vs {d_lay}); copy through shared memory instead")
+            if s_lay is not None and d_lay is not None and not in_same_threads(d_lay, s_lay):
+                # elements that change threads: a conflict for inference to settle (through shared memory);
+                # different registers of the same threads are moved by the lowering
+                return {db: s_lay}
             if s_lay is None and d_lay is None and level == InferLevel.FREE:
                 plan = self._plan(ctx, None)
                 return {sb: plan, db: plan}

@@ -129,6 +129,14 @@ class GemmOp(TileOp):
     def buffers(self):
         return [self.A.buffer, self.B.buffer, self.C.buffer]
 
+    def reads_writes(self, buffer):
+        if buffer.same_as(self.C.buffer):
+            return True, True  # accumulates (a cleared accumulator may still be a block of C)
+        return True, False
+
+    def takes_shared(self, buffer):
+        return not buffer.same_as(self.C.buffer) and not self.swapped
+
     def describe(self):
         return f"T.gemm({self.A}, {self.B}, {self.C})"
 

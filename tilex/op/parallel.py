@@ -8,11 +8,11 @@ from tvm import tirx
 
 from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, free_vars, map_nodes, seq, seq_items,
                             substitute, walk)
-from tilex.layout import LayoutError, compile_numpy
+from tilex.layout import LayoutError
+from tilex.layout.convert import pulled_back, reads_own_elements
 from tilex.layout.project import project
 from tilex.op.int_cast import fast_int_casts
-from tilex.op.base import (InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_global,
-                           is_shared)
+from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_shared
 from tilex.op.partition import (access_vectorizable, block_offset, coalesced_plan, emit_by_fragment, emit_by_plan,
                                 fragment_vector_width, load_vectorizable, pick_vector, placed_vector_width,
                                 prefetch_loads, static_shape)
@@ -158,6 +158,14 @@ class ParallelOp(TileOp):
     def buffers(self):
         return list({b: None for b, _, _ in self.accesses})
 
+    def reads_writes(self, buffer):
+        stores = [s for b, _, s in self.accesses if b.same_as(buffer)]
+        writes = any(stores)
+        return not all(stores) or not stores_whole(self.loop, buffer), writes
+
+    def takes_shared(self, buffer):
+        return True
+
     def _fragment_accesses(self):
         return [(b, idx) for b, idx, _ in self.accesses if is_fragment(b)]
 
@@ -168,11 +176,7 @@ class ParallelOp(TileOp):
         if not frags:
             return {}
         if self.loop_layout is None:
-            for buf, idx in frags:
-                lay = ctx.layout_map.get(buf)
-                if lay is not None and _same_vars(idx, self.vars) and _covers(lay.input_shape, self.extents):
-                    self.loop_layout = lay
-                    break
+            self.loop_layout = self._cheapest_layout(ctx, frags)
         if self.loop_layout is None:
             for buf, idx in frags:
                 block = self._block_of(ctx, buf, idx)
@@ -195,19 +199,38 @@ class ParallelOp(TileOp):
                 if self._block_of(ctx, buf, idx) is not None:
                     continue  # a block of a fragment with a layout, read in the loop's own threads
                 keep = _subset_of_vars(idx, self.vars)
-                if keep is not None and ctx.layout_map.get(buf) is None and buf not in result:
-                    # a broadcast operand (bias[j], row_max[i]): replicate it over the threads that read it
-                    drop = [d for d in range(len(self.vars)) if d not in keep]
-                    result[buf] = project(self.loop_layout, drop)[0]
+                have = ctx.layout_map.get(buf, result.get(buf))
+                if keep is not None:
+                    if have is None:
+                        # a broadcast operand (bias[j], row_max[i]): replicate it over the threads that read it
+                        drop = [d for d in range(len(self.vars)) if d not in keep]
+                        result[buf] = project(self.loop_layout, drop)[0]
+                    continue
+                # read through an index map (a transpose, j // 2 into packed values): the fragment that puts each
+                # element in the thread reading it, a weak wish (at the free level, after the operators before this
+                # one chose, e.g. a coalesced load); a layout already given that does not is a conflict
+                if level != InferLevel.FREE:
+                    continue
+                want = pulled_back(self.loop_layout, idx, self.vars, self.extents, static_shape(buf.shape, buf.name))
+                if want is not None and (have is None or not reads_own_elements(
+                        self.loop_layout, have, idx, self.vars, self.extents)):
+                    result[buf] = want
                 continue  # other patterns are checked at lowering: the loop's threads must own the element
             have = ctx.layout_map.get(buf, result.get(buf))
-            if have is None:
-                result[buf] = self.loop_layout
-            elif not have.is_equal(self.loop_layout):
-                raise LayoutConflictError(
-                    f"layout conflict on fragment '{buf.name}' in T.Parallel{tuple(self.extents)}: the loop runs "
-                    f"with layout {self.loop_layout} but '{buf.name}' already has {have}")
+            if have is None or not have.is_equal(self.loop_layout):
+                result[buf] = self.loop_layout  # against a layout already given: a conflict for inference to settle
         return result
+
+    def _cheapest_layout(self, ctx, frags):
+        """Of the layouts that the fragments indexed by the loop's own variables already have, the one the others
+        cost the fewest bytes to convert to (program order breaks ties); None when none has a layout."""
+        laid = {b: ctx.layout_map[b] for b, idx in frags if ctx.layout_map.get(b) is not None
+                and _same_vars(idx, self.vars) and _covers(ctx.layout_map[b].input_shape, self.extents)}
+
+        def cost(lay):
+            return sum(_tile_bytes(b) for b, other in laid.items() if not other.is_equal(lay))
+
+        return min(laid.values(), key=cost, default=None)
 
     def _widest_bits(self):
         """Widest scalar type the body computes in (casts and constants included): vectors are capped at 128 bits
@@ -337,7 +360,7 @@ class ParallelOp(TileOp):
                     f"of the fragment: each index the loop's own variable (in loop order) plus a multiple of that "
                     f"loop's extent, the extents dividing the fragment's shape {list(lay.input_shape)}, and the "
                     f"fragment's layout {lay} repeating over those blocks in the same threads")
-            if not _owned(frag, lay, idx, self.vars, self.extents):
+            if not reads_own_elements(frag, lay, idx, self.vars, self.extents):
                 raise TileOpError(
                     f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, but "
                     f"under its layout {lay} some elements live in other threads than the iterations that use them "
@@ -397,6 +420,10 @@ def tile_uniform_select(body, vars_, extents, analyzer):
             tirx.BufferStore(body.buffer, v.args[2], body.indices))
 
 
+def _tile_bytes(buf):
+    return int(np.prod([int(d) for d in buf.shape])) * tvm.DataType(str(buf.dtype)).bits // 8
+
+
 def _covers(shape, extents):
     return len(shape) == len(extents) and all(s >= e for s, e in zip(shape, extents))
 
@@ -412,24 +439,6 @@ def _subset_of_vars(indices, vars_):
     if pos != sorted(set(pos)) or len(pos) == len(vars_):
         return None
     return pos
-
-
-def _owned(loop_frag, lay, idx, vars_, extents):
-    """Whether, for every iteration, some replica of the accessed element lives in the iteration's thread."""
-    grids = np.meshgrid(*[np.arange(e) for e in extents], indexing="ij")
-    loop_t, _ = loop_frag.map_numpy(*grids)
-    loop_t = np.broadcast_to(np.asarray(loop_t), grids[0].shape)
-    # evaluate the access indices on the iteration grid
-    acc = compile_numpy([tvm.sym.Analyzer().simplify(e) for e in idx], list(vars_))(*grids)
-    acc = [np.broadcast_to(np.asarray(a), grids[0].shape) for a in acc]
-    for a, s in zip(acc, lay.input_shape):
-        if a.min() < 0 or a.max() >= s:
-            return False
-    ok = np.zeros(grids[0].shape, dtype=bool)
-    for r in range(int(lay.replicate)):
-        t, _ = lay.map_numpy(*acc, rep=r)
-        ok |= np.asarray(t) == loop_t
-    return bool(ok.all())
 
 
 def _phys(ctx, buf, idx, vars_, ix):

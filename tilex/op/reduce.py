@@ -17,7 +17,7 @@ from tilex.ir import intrin
 from tilex.ir.visit import storage_sync
 from tilex.layout import Fragment
 from tilex.layout.project import project
-from tilex.op.base import InferLevel, LayoutConflictError, TileOp, TileOpError, is_fragment, is_shared
+from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
 from tilex.op.partition import coalesced_plan, emit_by_fragment, static_shape
 from tilex.op.region import READ, READ_WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
@@ -80,6 +80,14 @@ class ReduceOp(TileOp):
     def buffers(self):
         return [self.src.buffer, self.dst.buffer]
 
+    def reads_writes(self, buffer):
+        if buffer.same_as(self.dst.buffer):
+            return not (self.clear and self.dst.is_whole()), True
+        return True, False
+
+    def takes_shared(self, buffer):
+        return buffer.same_as(self.src.buffer)
+
     def describe(self):
         return f"T.reduce_{self.kind}({self.src.buffer.name} -> {self.dst.buffer.name}, dim={self.dim})"
 
@@ -105,13 +113,8 @@ class ReduceOp(TileOp):
                 return {}
             want = self._projected(s_lay)
             have = ctx.layout_map.get(db)
-            if have is None:
-                return {db: want}
-            if not have.is_equal(want):
-                raise LayoutConflictError(
-                    f"{self.describe()}: the result '{db.name}' must be laid out as {want} (the source layout "
-                    f"projected), but it already has {have}")
-            return {}
+            # against a layout the result already has: a conflict for inference to settle
+            return {} if have is not None and have.is_equal(want) else {db: want}
         if ctx.layout_map.get(db) is None and level == InferLevel.FREE:
             plan = coalesced_plan(self.d_shape, ctx.threads, 1)
             if plan is None:

@@ -7,8 +7,14 @@ and a ``tilex.loop_layout`` annotation on each T.Parallel nest that runs by a fr
 Operators are asked in priority order: every operator at the strict level (gemm pins its operand swizzles and
 accumulator fragment), then the common level until nothing changes (layouts propagate through the buffers operators
 share), then each operator in program order at the free level (free choices such as a coalesced plan for a
-fragment nobody constrained), propagating again after each choice. Two different layouts for one buffer raise a
-LayoutConflictError naming the buffer, both layouts and both operators.
+fragment nobody constrained), propagating again after each choice.
+
+Two different layouts for one register fragment are settled, not refused: the operator that asked second works on
+a copy of the fragment in its own layout, with the cheapest conversion around it
+(`tilex.transform.layout_conversion`), and inference runs again. Each conversion is reported as a
+:class:`tilex.LayoutConversionWarning` and listed in the function attribute ``tilex.layout_conversions``. Two
+layouts for a shared tile, or a conflict that conversions do not settle, raise a LayoutConflictError naming the
+buffer, both layouts and both operators.
 """
 from __future__ import annotations
 
@@ -16,21 +22,27 @@ from collections import deque
 
 from tvm import tirx
 
-from tilex.ir.names import ANNOTATE_OP, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR
-from tilex.ir.source import add_location, location, span_of
+from tilex.ir.names import ANNOTATE_OP, LAYOUT_CONVERSIONS_ATTR, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR
+from tilex.ir.source import add_location, location, span_of, warn_at
 from tilex.ir.visit import is_op_call, map_nodes
 from tilex.layout.codec import decode_call, encode
-from tilex.op.base import InferContext, InferLevel, LayoutConflictError, TileOpError, is_fragment
+from tilex.op.base import (InferContext, InferLevel, LayoutConflictError, LayoutConversionWarning, TileOpError,
+                           is_fragment)
 from tilex.op.parallel import ParallelOp
 from tilex.transform.kernel_scope import kernel_info
+from tilex.transform.layout_conversion import Conflict, insert_conversions
 from tilex.transform.op_collect import collect_fragment_views, collect_tile_ops
 
+MAX_CONVERSION_ROUNDS = 4  # a conversion's own copies can conflict in turn; more rounds than this is a bug
 
-def infer_layouts(ops, threads, target=None, pinned=None, spans=None):
+
+def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=None, stmts=None):
     """Run inference over `ops` (a list of TileOp). Returns {buffer: Layout | Fragment}.
 
     `spans` (a list parallel to `ops`) gives where the user wrote each operator: an operator's error, or a conflict
-    it takes part in, names that place (its Python type is kept)."""
+    it takes part in, names that place (its Python type is kept). With `conflicts` (a list) and `stmts` ({id(op):
+    its statement}), a fragment conflict raised by an operator in `stmts` is appended to `conflicts` as a
+    `Conflict` instead (the fragment keeps its first layout)."""
     ctx = InferContext(layout_map=dict(pinned or {}), threads=threads, target=target)
     origin = {b: "T.annotate_layout" for b in ctx.layout_map}
     span_by_op = {id(op): span for op, span in zip(ops, spans or [])}
@@ -60,6 +72,10 @@ def infer_layouts(ops, threads, target=None, pinned=None, spans=None):
                 origin[buf] = described(op)
                 changed.append(buf)
             elif have is not lay and not have.is_equal(lay):
+                if conflicts is not None and is_fragment(buf) and id(op) in (stmts or {}):
+                    if not any(c.op is op and c.buffer.same_as(buf) for c in conflicts):
+                        conflicts.append(Conflict(op, stmts[id(op)], buf, have, lay, origin[buf], described(op)))
+                    continue
                 raise add_location(LayoutConflictError(
                     f"layout conflict on buffer '{buf.name}': {origin[buf]} requires {have}, but "
                     f"{described(op)} requires {lay}"), span_by_op.get(id(op)))
@@ -91,22 +107,44 @@ def layout_inference(func, target=None):
     info = kernel_info(func)
     if info is None:
         return func
-    found = collect_tile_ops(func.body)
-    if not found:
+    if not collect_tile_ops(func.body):
         return func
-    views = collect_fragment_views(func.body)  # layout relations between a fragment and its T.view
-    ops = [op for _, op in found] + [op for _, op in views]
-    spans = [span_of(getattr(stmt, "value", None), stmt) for stmt, _ in found] + [span_of(d) for d, _ in views]
     pinned, body = _take_annotations(func.body)
     func = func.with_body(body)
-    layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned, spans=spans)
+    notes = []
+    for _ in range(MAX_CONVERSION_ROUNDS + 1):
+        found = collect_tile_ops(func.body)
+        views = collect_fragment_views(func.body)  # layout relations between a fragment and its T.view
+        ops = [op for _, op in found] + [op for _, op in views]
+        spans = [span_of(getattr(stmt, "value", None), stmt) for stmt, _ in found] + [span_of(d) for d, _ in views]
+        conflicts = []
+        layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned, spans=spans,
+                                   conflicts=conflicts, stmts={id(op): stmt for stmt, op in found})
+        if not conflicts:
+            break
+        body, pins, round_notes = insert_conversions(func.body, conflicts)
+        func = func.with_body(body)
+        pinned.update(pins)
+        notes += round_notes
+    else:  # conversions that do not settle it: say the first conflict left
+        raise add_location(LayoutConflictError(conflicts[0].message()), span_of(
+            getattr(conflicts[0].stmt, "value", None), conflicts[0].stmt))
+    for note, c in notes:
+        warn_at(note, LayoutConversionWarning, span_of(getattr(c.stmt, "value", None), c.stmt))
     loop_layouts = {}
     for stmt, op in found:
         if isinstance(op, ParallelOp) and op.loop_layout is not None:
             loop_layouts[stmt] = op.loop_layout
     body = _annotate_loops(func.body, loop_layouts)
     func = func.with_body(body) if not body.same_as(func.body) else func
+    if notes:
+        func = func.with_attr(LAYOUT_CONVERSIONS_ATTR, [note for note, _ in notes])
     return func.with_attr(LAYOUT_MAP_ATTR, {b: encode(l) for b, l in layout_map.items()})
+
+
+def pinned_layouts(body):
+    """{buffer: layout} of the T.annotate_layout entries in `body`."""
+    return _take_annotations(body)[0]
 
 
 def _take_annotations(body):
