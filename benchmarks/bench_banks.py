@@ -10,8 +10,8 @@ kernel of tools/cuda_snapshot.py (bench_gemm's configurations over its --all sha
 Kernels whose shared tiles tilex swizzles (SwizzleSharedTiles) also appear "row-major (before)", compiled with
 ``tilex.disable_bank_swizzle``. `--only` keeps those whose name matches REGEX (re.search).
 
-The model reads warp 0 of block 0; a launch's count is that times the warps of a block and the blocks of the grid
-(static extents of the program's T.Kernel), which assumes every warp and block touches the banks the same way.
+The model reads every warp of block 0 (`shared_accesses(..., warps=)`); a launch's count is that times the blocks
+of the grid (static extents of the program's T.Kernel), which assumes every block touches the banks the same way.
 Accesses through ldmatrix / cp.async / TMA / wgmma are not modelled (see `tilex.layout.banks`).
 
 `--ncu` compiles the kernels in a process pool (target "auto", kernel cache on), then runs this script once under
@@ -20,7 +20,9 @@ in list order and writes, per kernel, its `__global__` functions or its launch e
 those functions (`-k regex:`), collecting ``l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_{ld,st}.sum``; its
 launches are matched to the kernels in order (every kernel here is one `__global__` function, launched once).
 "agree" is "yes" when model and ncu are both zero, else model / ncu of ld + st, "**no**" when a modelled zero is
-not a measured zero or the totals differ by more than 10% of ncu's.
+not a measured zero or the totals differ by more than 10% of ncu's. Those counters (the L1 data stage's) also count
+conflicts with other traffic through L1; the wavefronts column compares the model's wavefronts of the shared loads
+and stores with ncu's per-instruction (SASS) count, which does not.
 """
 import argparse
 import csv
@@ -39,11 +41,17 @@ from concurrent.futures import ProcessPoolExecutor
 
 import tilex
 import tilex.language as T
+from tilex.engine import lower_to_tir
+from tilex.layout.banks import shared_accesses, wavefronts
 from tilex.transform.kernel_scope import kernel_info
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
            "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
+#: per-instruction (SASS) wavefronts of shared loads and stores: what the model's accesses take, free of the
+#: L1 arbitration the data-stage conflict counters above also count
+WAVEFRONTS = ("sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+              "sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_st.sum")
 BLOCKS = 264
 
 
@@ -112,11 +120,18 @@ def model(index):
         k = build()
         row["globals"] = global_functions(k)
         info = kernel_info(k.func)
-        launch = math.ceil(info.threads / 32) * math.prod(int(e) for e in info.block_extents.values())
-        report = k.bank_conflicts()
-        row["ld"] = sum(r["ld"] for r in report.values()) * launch
-        row["st"] = sum(r["st"] for r in report.values()) * launch
-        row["buffers"] = ", ".join(f"{b} ld {r['ld']} st {r['st']}" for b, r in report.items() if r["ld"] or r["st"])
+        blocks = math.prod(int(e) for e in info.block_extents.values())
+        # every warp of block 0, times the blocks
+        accesses = shared_accesses(lower_to_tir(k.func, k.target, k.pass_configs)["main"],
+                                   warps=math.ceil(info.threads / 32))
+        per = {}
+        for acc in accesses:
+            counts = per.setdefault(acc.buffer, {"ld": 0, "st": 0})
+            counts[acc.kind] += acc.conflicts
+        row["ld"] = sum(c["ld"] for c in per.values()) * blocks
+        row["st"] = sum(c["st"] for c in per.values()) * blocks
+        row["wavefronts"] = sum(wavefronts(a) for acc in accesses for a in acc.accesses) * blocks
+        row["buffers"] = ", ".join(f"{b} ld {c['ld']} st {c['st']}" for b, c in per.items() if c["ld"] or c["st"])
     except Exception as e:  # noqa: BLE001 - reported in the kernel's row
         row["error"] = error_text(e)
     return row
@@ -187,7 +202,7 @@ def measure(names, only, raw, timeout):
     """{kernel name: (ncu ld, ncu st) or an error text}: one process of all the kernels under ncu."""
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "launched.jsonl")
-        cmd = ["ncu", "--csv", "--metrics", ",".join(METRICS), "-k", f"regex:^({'|'.join(sorted(names))})$",
+        cmd = ["ncu", "--csv", "--metrics", ",".join(METRICS + WAVEFRONTS), "-k", f"regex:^({'|'.join(sorted(names))})$",
                sys.executable, os.path.abspath(__file__), "--run-all", log] + (["--only", only] if only else [])
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
@@ -213,7 +228,8 @@ def measure(names, only, raw, timeout):
             result[rec["name"]] = f"launch failed: {rec['error']}"
         elif n < len(launches) and launches[n][0].split("(")[0].split()[-1] in rec["globals"]:
             metrics = launches[n][1]
-            result[rec["name"]] = tuple(round(metrics[m]) for m in METRICS) if all(m in metrics for m in METRICS) \
+            result[rec["name"]] = tuple(round(metrics[m]) for m in METRICS) + (
+                round(sum(metrics.get(m, 0) for m in WAVEFRONTS)),) if all(m in metrics for m in METRICS) \
                 else "ncu gave no value"
             n += 1
         else:
@@ -256,24 +272,28 @@ def main():
     names = {g for r in rows for g in r["globals"]}
     measured = measure(names, a.only, a.raw, a.timeout) if a.ncu and names else {}
 
-    print("| kernel | model ld | model st | ncu ld | ncu st | agree | conflicting buffers (per warp) / notes |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
-    zero, close, differ, unmatched = 0, 0, [], []
+    print("| kernel | model ld | model st | ncu ld | ncu st | agree | wavefronts model / ncu | "
+          "conflicting buffers (per block) / notes |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    zero, close, differ, unmatched, close_waves = 0, 0, [], [], 0
     for r in rows:
         got = measured.get(r["name"], "not measured" if a.ncu else None)
         notes = [r.get("buffers"), r.get("error"), got if isinstance(got, str) else None]
-        verdict = agree((r["ld"], r["st"]), got) if isinstance(got, tuple) and "error" not in r else "-"
+        verdict = agree((r["ld"], r["st"]), got[:2]) if isinstance(got, tuple) and "error" not in r else "-"
+        waves = f"{r['wavefronts'] / got[2]:.3f}" if isinstance(got, tuple) and got[2] and "error" not in r else "-"
+        close_waves += waves != "-" and abs(float(waves) - 1) <= 0.1
         zero += verdict == "yes"
         close += verdict[0].isdigit()
         if verdict.startswith("**no**"):
             differ.append(r["name"])
         elif verdict == "-" and a.ncu:
             unmatched.append(r["name"])
-        cells = [r.get("ld", "-"), r.get("st", "-"), *(got if isinstance(got, tuple) else ("-", "-")), verdict]
+        cells = [r.get("ld", "-"), r.get("st", "-"), *(got[:2] if isinstance(got, tuple) else ("-", "-")), verdict,
+                 waves]
         print(f"| {r['name']} | " + " | ".join(map(str, cells)) + f" | {'; '.join(n for n in notes if n)} |")
     if a.ncu:
         print(f"\n{len(rows)} kernels: {zero} modelled and measured conflict-free, {close} within 10% of ncu, "
-              f"{len(differ)} disagree: {', '.join(differ) or '-'}; not compared: {', '.join(unmatched) or '-'}")
+              f"{len(differ)} disagree: {', '.join(differ) or '-'}; not compared: {', '.join(unmatched) or '-'}; "
+              f"shared ld/st wavefronts within 10% of ncu's SASS counters: {close_waves}")
     else:
         conflicting = [r["name"] for r in rows if r.get("ld") or r.get("st")]
         failed = [r["name"] for r in rows if "error" in r]

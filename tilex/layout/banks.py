@@ -315,10 +315,11 @@ def _const(e, env):
     return None if a is None or b is None else op(a, b)
 
 
-def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> list:
+def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32, warps: int = 1) -> list:
     """The shared-memory loads and stores of a lowered per-thread PrimFunc (`tilex.engine.pipeline.lower_to_tir`)
-    as :class:`SharedAccess` es: each evaluated for the lanes of warp 0 (threadIdx.x = 0..31, other thread and
-    block indices 0) in every iteration of its enclosing loops (the first `max_iterations`); a vectorized loop
+    as :class:`SharedAccess` es: each evaluated for the lanes of the first `warps` warps (threadIdx.x = 0..31 for
+    warp 0; other thread and block indices 0; conditions on the thread index are not read) in every iteration of
+    its enclosing loops (the first `max_iterations`); a vectorized loop
     around it makes the access that many elements wide (16-byte pieces past 16 bytes). Buffers are assumed to
     start 128-byte aligned. Accesses through intrinsics (ldmatrix, cp.async, TMA, wgmma descriptors) are not
     read yet, nor ones whose address depends on a symbolic size."""
@@ -365,18 +366,19 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32) -> l
         for values in itertools.islice(itertools.product(*extents), max_iterations):
             bind = dict(zero)
             bind.update((lp.loop_var, v) for lp, v in zip(outer, values))
-            addrs = []
-            for lane in range(warp_threads):
-                if tid is not None:
-                    bind[tid] = lane
-                a = _const(flat, bind)
-                if a is None:
-                    return
-                addrs.append(a * nbytes)
-                if tid is None:
-                    break
-            for p in range(pieces):
-                accesses.append(WarpAccess(tuple(x + 16 * p for x in addrs), width, buf.name))
+            for warp in range(warps if tid is not None else 1):
+                addrs = []
+                for lane in range(warp_threads):
+                    if tid is not None:
+                        bind[tid] = warp * warp_threads + lane
+                    a = _const(flat, bind)
+                    if a is None:
+                        return
+                    addrs.append(a * nbytes)
+                    if tid is None:
+                        break
+                for p in range(pieces):
+                    accesses.append(WarpAccess(tuple(x + 16 * p for x in addrs), width, buf.name))
         key = (buf.name, kind, node)
         if key not in found:
             found[key] = SharedAccess(buf.name, kind, accesses, size * nbytes)
