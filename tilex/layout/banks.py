@@ -318,7 +318,8 @@ def _const(e, env):
 def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32, warps: int = 1) -> list:
     """The shared-memory loads and stores of a lowered per-thread PrimFunc (`tilex.engine.pipeline.lower_to_tir`)
     as :class:`SharedAccess` es: each evaluated for the lanes of the first `warps` warps (threadIdx.x = 0..31 for
-    warp 0; other thread and block indices 0; conditions on the thread index are not read) in every iteration of
+    warp 0; other thread and block indices 0) that the enclosing conditions let through (one the model cannot
+    evaluate lets every lane through) in every iteration of
     its enclosing loops (the first `max_iterations`); a vectorized loop
     around it makes the access that many elements wide (16-byte pieces past 16 bytes). Buffers are assumed to
     start 128-byte aligned. Accesses through intrinsics (ldmatrix, cp.async, TMA, wgmma descriptors) are not
@@ -326,7 +327,7 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32, warp
     found = {}  # (buffer name, kind, id of the node) -> SharedAccess
     threads = {}
 
-    def record(buf, indices, kind, loops, lets, node):
+    def record(buf, indices, kind, loops, lets, node, conds):
         nbytes = tvm.DataType(str(buf.dtype)).bits // 8
         flat = indices[0] if len(indices) == 1 else row_major_offset(indices, buf.shape)
         lanes = 1
@@ -371,60 +372,64 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32, warp
                 for lane in range(warp_threads):
                     if tid is not None:
                         bind[tid] = warp * warp_threads + lane
+                    if not all(_const(c, bind) in (None, int(want)) for c, want in conds):
+                        continue  # a lane the enclosing conditions leave out (a producer warp's branch)
                     a = _const(flat, bind)
                     if a is None:
                         return
                     addrs.append(a * nbytes)
                     if tid is None:
                         break
-                for p in range(pieces):
+                for p in range(pieces if addrs else 0):
                     accesses.append(WarpAccess(tuple(x + 16 * p for x in addrs), width, buf.name))
         key = (buf.name, kind, node)
         if key not in found:
             found[key] = SharedAccess(buf.name, kind, accesses, size * nbytes)
 
-    def loads_in(expr, loops, lets):
+    def loads_in(expr, loops, lets, conds):
         def on_load(n):
             if _is_shared(n.source):
-                record(n.source, list(n.indices), "ld", loops, lets, n)
+                record(n.source, list(n.indices), "ld", loops, lets, n, conds)
         walk(expr, (BufferLoadNode, on_load))
 
-    def visit(s, loops, lets):
-        """Visit `s`; returns the bindings in scope after it (a flat Bind reaches the statements after it)."""
+    def visit(s, loops, lets, conds):
+        """Visit `s` under the conditions `conds` ([(condition, taken)]); returns the bindings in scope after it (a
+        flat Bind reaches the statements after it)."""
         if isinstance(s, tirx.SeqStmt):
             for x in s.seq:
-                lets = visit(x, loops, lets)
+                lets = visit(x, loops, lets, conds)
         elif isinstance(s, tirx.Bind):
-            loads_in(s.value, loops, lets)
+            loads_in(s.value, loops, lets, conds)
             return {**lets, s.var: substitute(s.value, lets)}
         elif isinstance(s, tirx.For):
-            visit(s.body, loops + [s], lets)
+            visit(s.body, loops + [s], lets, conds)
         elif isinstance(s, tirx.AttrStmt):
             if s.attr_key == "thread_extent":
                 threads[s.node.thread_tag] = s.node.var
-            visit(s.body, loops, lets)
+            visit(s.body, loops, lets, conds)
         elif isinstance(s, tirx.IfThenElse):
-            loads_in(s.condition, loops, lets)
-            visit(s.then_case, loops, lets)
+            loads_in(s.condition, loops, lets, conds)
+            cond = substitute(s.condition, lets)
+            visit(s.then_case, loops, lets, conds + [(cond, True)])
             if s.else_case is not None:
-                visit(s.else_case, loops, lets)
+                visit(s.else_case, loops, lets, conds + [(cond, False)])
         elif isinstance(s, tirx.LetStmt):
-            loads_in(s.value, loops, lets)
-            visit(s.body, loops, {**lets, s.var: substitute(s.value, lets)})
+            loads_in(s.value, loops, lets, conds)
+            visit(s.body, loops, {**lets, s.var: substitute(s.value, lets)}, conds)
         elif isinstance(s, tirx.BufferStore):
-            loads_in(s.value, loops, lets)
+            loads_in(s.value, loops, lets, conds)
             if _is_shared(s.buffer):
-                record(s.buffer, list(s.indices), "st", loops, lets, s)
+                record(s.buffer, list(s.indices), "st", loops, lets, s, conds)
         elif isinstance(s, tirx.Evaluate):
-            loads_in(s.value, loops, lets)
+            loads_in(s.value, loops, lets, conds)
         elif hasattr(s, "body"):
-            visit(s.body, loops, lets)
+            visit(s.body, loops, lets, conds)
         return lets
 
     # thread bindings first (launch_thread attributes wrap the body)
     walk(func.body, (tirx.AttrStmt, lambda a: threads.__setitem__(a.node.thread_tag, a.node.var)
                      if a.attr_key == "thread_extent" else None))
-    visit(func.body, [], {})
+    visit(func.body, [], {}, [])
     return list(found.values())
 
 

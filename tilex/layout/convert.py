@@ -12,7 +12,7 @@ import tvm
 from tvm import tirx
 
 from ._expr import LayoutError, compile_numpy, domain_grid, substitute
-from .fragment import Fragment, _dense_index, _dense_registers
+from .fragment import Fragment
 
 __all__ = ["in_same_threads", "pulled_back", "reads_own_elements"]
 
@@ -72,7 +72,7 @@ def pulled_back(loop: Fragment, indices, loop_vars, extents, shape) -> Fragment 
     local = [substitute(e, first) for e in loop.forward_index]
     try:
         frag = Fragment(shape, thread, local, replicate=loop.replicate)
-        frag = _densely_numbered(frag)
+        frag = frag.renumbered()
     except LayoutError:
         return None
     return frag if reads_own_elements(loop, frag, indices, loop_vars, extents) else None
@@ -86,18 +86,3 @@ def _var_over(e):
             and e.b.value > 0:
         return e.a, int(e.b.value)
     return None, None
-
-
-def _densely_numbered(frag):
-    """`frag` with its registers renumbered 0..n-1 when the threads hold the same gapped set (a mixed radix)."""
-    if len(frag.forward_index) != 1:
-        return frag
-    grids = domain_grid(frag.input_shape)
-    thread, (local,) = frag.map_numpy(*grids)
-    thread = np.broadcast_to(np.asarray(thread), grids[0].shape).ravel()
-    local = np.broadcast_to(np.asarray(local), grids[0].shape).ravel()
-    if frag.local_size == len(np.unique(local)):
-        return frag
-    scales, counts = _dense_registers(thread, local, frag)
-    return Fragment(frag.input_shape, frag.forward_thread, [_dense_index(frag.forward_index[0], scales, counts)],
-                    replicate=frag.replicate)

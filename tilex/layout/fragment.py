@@ -231,6 +231,23 @@ class Fragment:
                 raise LayoutError(f"{self}: blocks of {extents} are not one fragment at shifted registers")
         return sub, strides, placement
 
+    def renumbered(self) -> "Fragment":
+        """This fragment with its registers numbered 0 .. n-1, when its (1-d) local index leaves gaps that are the
+        same in every thread (a mixed radix: a fragment pulled back through ``j // 2`` uses every other register)."""
+        if len(self.forward_index) != 1:
+            return self
+        import numpy as np
+
+        grids = np.meshgrid(*[np.arange(s) for s in self.input_shape], indexing="ij")
+        thread, (local,) = self.map_numpy(*grids)
+        thread = np.broadcast_to(np.asarray(thread), grids[0].shape).ravel()
+        local = np.broadcast_to(np.asarray(local), grids[0].shape).ravel()
+        if self.local_size == len(np.unique(local)):
+            return self
+        scales, counts = _dense_registers(thread, local, self)
+        return Fragment(self.input_shape, self.forward_thread, [_dense_index(self.forward_index[0], scales, counts)],
+                        replicate=self._replicate)
+
     def replicate_by(self, n: int) -> "Fragment":  # also reachable as ``frag.replicate(n)``
         """Each element additionally held by ``n`` thread groups.
 
