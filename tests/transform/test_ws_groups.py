@@ -7,6 +7,7 @@ import re
 import pytest
 
 import tilex
+from cuda_text import braced_block
 from tilex.kernels.attention.forward import mha_forward
 
 SS = "tilex::wgmma_m64n128k16_f16<"  # S = Q K^T: both operands in shared memory
@@ -171,3 +172,18 @@ def test_backward_mmas_complete_where_needed():
     # the opt-out completes every MMA right after issuing it
     plain = _backward_loop((("tilex.disable_mma_overlap", True),))
     assert re.findall(r"wgmma_wait<(\d)>", plain) == ["0"] * 5
+
+
+def test_a_stage_read_by_plain_loads_is_freed_after_the_iterations_gemm():
+    """The int4 GEMM of examples/layout_conflicts.py: a T.Parallel decodes the TMA-loaded packed tile (ld.shared)
+    into the gemm's register operand. Its stage is freed only after the gemm's wait: an arrive right after the loads
+    let the next TMA load overwrite bytes whose loads were still in flight (wrong weights on the H100)."""
+    from programs import example
+
+    prog = example("layout_conflicts")["int4_gemm_by_hand"](1024, 1024, 1024)
+    src = _src(tilex.compile(prog, target="sm_90a"))
+    body = braced_block(src, "for (int k_1 = 0;")
+    loads = body.rindex("buf_dyn_shmem_ptr[")  # the decode's last load of the packed tile
+    waits = [m.start() for m in re.finditer(r"wgmma_wait<0>", body)]
+    frees = [m.start() for m in re.finditer(r"mbar_arrive\(\(&\(tma_empty_ptr\[", body)]
+    assert waits and frees and loads < waits[-1] < frees[0], body
