@@ -202,8 +202,8 @@ def measure(names, only, raw, timeout):
     """{kernel name: (ncu ld, ncu st) or an error text}: one process of all the kernels under ncu."""
     with tempfile.TemporaryDirectory() as tmp:
         log = os.path.join(tmp, "launched.jsonl")
-        cmd = ["ncu", "--csv", "--metrics", ",".join(METRICS + WAVEFRONTS), "-k", f"regex:^({'|'.join(sorted(names))})$",
-               sys.executable, os.path.abspath(__file__), "--run-all", log] + (["--only", only] if only else [])
+        cmd = ["ncu", "--csv", "--metrics", ",".join(METRICS + WAVEFRONTS),
+               "-k", f"regex:^({'|'.join(sorted(names))})$", sys.executable, os.path.abspath(__file__), "--run-all", log] + (["--only", only] if only else [])
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:

@@ -25,6 +25,5 @@ from .ir.source import TileScriptError  # noqa: E402
 from .op.base import LayoutConflictError, LayoutConversionWarning, TileOpError  # noqa: E402
 
 __all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "TilexPerformanceWarning", "env",
-           "dtypes", "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError", "LayoutConversionWarning",
-           "load",
-           "ExportError", "custom_op"]
+           "dtypes", "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError",
+           "LayoutConversionWarning", "load", "ExportError", "custom_op"]

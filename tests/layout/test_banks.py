@@ -92,7 +92,8 @@ def test_report_of_a_transpose_through_shared_memory(dtype, loads, swizzle):
 
 
 def test_swizzle_layouts_address_as_the_byte_swizzle():
-    for s, shape, elem in [(Swizzle(3, 4, 3), (16, 64), 2), (Swizzle(5, 2, 5), (32, 32), 4), (Swizzle(3, 4, 6), (64, 64), 4)]:
+    for s, shape, elem in [(Swizzle(3, 4, 3), (16, 64), 2), (Swizzle(5, 2, 5), (32, 32), 4),
+                           (Swizzle(3, 4, 6), (64, 64), 4)]:
         i, j = grid(shape)
         pi, pj = s.layout(shape, elem).map_numpy(i, j)
         assert np.array_equal((np.asarray(pi) * shape[1] + np.asarray(pj)) * elem, s((i * shape[1] + j) * elem))

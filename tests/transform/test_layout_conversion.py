@@ -103,7 +103,8 @@ def test_a_copy_between_fragments_of_one_thread_moves_registers():
         with T.Kernel(1, threads=32) as bx:
             a = T.alloc_fragment((32, 8), "float32")
             b = T.alloc_fragment((32, 8), "float32")
-            T.annotate_layout({a: T.Fragment((32, 8), forward_thread_fn=lambda i, j: i, forward_index_fn=lambda i, j: j),
+            T.annotate_layout({a: T.Fragment((32, 8), forward_thread_fn=lambda i, j: i,
+                                             forward_index_fn=lambda i, j: j),
                                b: T.Fragment((32, 8), forward_thread_fn=lambda i, j: i,
                                              forward_index_fn=lambda i, j: 7 - j)})
             T.copy(A[0, 0], a)

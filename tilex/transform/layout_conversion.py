@@ -5,9 +5,9 @@ fragment in another layout than the one the fragment already has (a gemm's regis
 like another gemm's accumulator, a transposed or packed read, a reduction into a fragment laid out elsewhere).
 Produces: the program with that operator working on a fresh fragment in the layout it needs (pinned for the next
 round), and the cheapest conversion between the two: register moves when every element stays in its thread, else a
-round trip through a shared tile (written under one layout, read under the other; SwizzleSharedTiles swizzles it). A conversion goes before the
-operator when it reads the old values and after it when it writes them; one note per conversion says what was
-inserted and why.
+round trip through a shared tile (written under one layout, read under the other; SwizzleSharedTiles swizzles it).
+A conversion goes before the operator when it reads the old values and after it when it writes them; one note per
+conversion says what was inserted and why.
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ class Conflict:
 
 
 def insert_conversions(body, conflicts):
-    """(new body, {new buffer: pinned layout}, [(note, its conflict)]) for `conflicts` (see the module docstring); an operator
-    with several conflicts on one buffer is converted once."""
+    """(new body, {buffer: pinned layout}, [(note, its conflict)]) for `conflicts` (see the module docstring); an
+    operator with several conflicts on one buffer is converted once."""
     todo, replaced, allocs, pins, notes = {}, {}, {}, {}, []
     for c in conflicts:
         todo.setdefault((c.stmt, c.buffer), c)

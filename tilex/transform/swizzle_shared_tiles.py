@@ -6,8 +6,8 @@ Produces: the function lowered by LowerTileOps. When a shared tile has no layout
 TMA or T.annotate_layout laid it out), only T.Parallel loops and copies without cp.async touch it, and the model
 (`tilex.layout.banks.bank_conflicts`, on warp 0 of the lowered code) counts conflicts on it that some
 ``Swizzle<B, M, S>`` lessens, the function is lowered again with that swizzle as the tile's layout (kept only when
-the model agrees it helps; ``tilex.disable_bank_swizzle`` turns this off). Why there: the swizzle depends on the accesses the lowering chose (vector widths,
-thread order), which exist only after it.
+the model agrees it helps; ``tilex.disable_bank_swizzle`` turns this off). Why there: the swizzle depends on the
+accesses the lowering chose (vector widths, thread order), which exist only after it.
 """
 from __future__ import annotations
 

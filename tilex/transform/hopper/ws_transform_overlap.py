@@ -6,7 +6,8 @@ that the statements before it write whole (and nothing else reads), with an accu
 Produces: the consumer loop with those tiles double-buffered. Iteration k: a block barrier (the warpgroups'
 MMAs of k - 2, the last readers of this copy, completed before their wait of k - 1), the transform into copy
 k % 2, the fenced gemm issued without waiting, ``wgmma_wait<1>`` (the gemm of k - 1 completes), the release of the
-stages the transform read (only now: plain loads' data is not waited for by an arrive) and of those that gemm read. After the loop: the last gemm completes and frees its stages.
+stages the transform read (only now: plain loads' data is not waited for by an arrive) and of those that gemm
+read. After the loop: the last gemm completes and frees its stages.
 """
 from __future__ import annotations
 
