@@ -1,8 +1,15 @@
-"""GEMM benchmark: ratio torch (cuBLAS) time / tilex time (higher is better), measured in one process."""
+"""GEMM benchmark: ratio torch (cuBLAS) time / tilex time (higher is better), measured in one process.
+
+Two tilex columns: the best of CONFIGS (tilex's program variants: staged-C epilogues, panels, split-K, swap-AB) and
+the best "plain" program, the GEMM as TileLang's examples write it (`plain_program`: a T.Pipelined loop, a
+fragment -> global T.copy epilogue, T.use_swizzle(10)) in the three common block configurations of PLAIN_CONFIGS.
+The gap between the two is what a user loses by not knowing the variants (issue 18).
+"""
 import argparse
 import os
 
 import tilex
+import tilex.language as T
 from tilex.kernels.gemm import matmul, matmul_splitk, matmul_swap_ab
 
 CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1: swap A/B)[, C staged in shared
@@ -27,9 +34,30 @@ CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1:
 ]
 
 
+#: ("plain", bm, bn, bk, threads): the common configurations of the plain program
+PLAIN_CONFIGS = [("plain", 128, 256, 64, 256), ("plain", 128, 128, 64, 128), ("plain", 128, 128, 32, 128)]
 PASS_CONFIGS = {}
 ALL_SHAPES = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
               "16x8192x8192"]  # --all (with fp16 and bf16)
+
+
+def plain_program(M, N, K, dtype, bm, bn, bk, threads, stages=3, panel=10):
+    """C = A @ B as TileLang's GEMM example writes it, no tilex-specific choices."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
+            A_s = T.alloc_shared((bm, bk), dtype)
+            B_s = T.alloc_shared((bk, bn), dtype)
+            C_l = T.alloc_fragment((bm, bn), "float32")
+            T.use_swizzle(panel_size=panel)
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
+                T.copy(A[by * bm, k * bk], A_s)
+                T.copy(B[k * bk, bx * bn], B_s)
+                T.gemm(A_s, B_s, C_l)
+            T.copy(C_l, C[by * bm, bx * bn])
+
+    return main
 
 
 def program(M, N, K, dtype, cfg):
@@ -38,6 +66,8 @@ def program(M, N, K, dtype, cfg):
     shared tile (a TMA store on sm90; > 1: in blocks of that many columns, or rows of C for swap-AB), a 9th (1) = compiled with
     stream-K (`pass_configs`), a 10th (1) = swap-AB with A's row blocks on the grid's x axis (the blocks that
     read one tile of B run side by side)."""
+    if cfg[0] == "plain":
+        return plain_program(M, N, K, dtype, *cfg[1:])
     bm, bn, bk, st, th, sw = cfg[:6]
     if len(cfg) > 6 and cfg[6] == -1:
         staged = cfg[7] if len(cfg) > 7 else 0
@@ -55,7 +85,7 @@ def applies(M, dtype, cfg):
     check), and swap-AB tiles are for skinny A only (between half and twice their bm rows)."""
     if len(cfg) > 6 and cfg[6] > 1 and dtype == "bfloat16":
         return False
-    return not (len(cfg) > 6 and cfg[6] == -1 and not cfg[0] / 2 < M <= 2 * cfg[0])
+    return cfg[0] == "plain" or not (len(cfg) > 6 and cfg[6] == -1 and not cfg[0] / 2 < M <= 2 * cfg[0])
 
 
 def pass_configs(cfg):
@@ -124,9 +154,9 @@ def bench(M, N, K, dtype, configs):
         t_triton = do_bench(run_triton, warmup=25, rep=200)
     except Exception as e:  # noqa: BLE001
         print(f"  triton: failed: {str(e).splitlines()[0][:160]}")
-    best = None
+    best = plain = None
     c = torch.empty(M, N, device="cuda", dtype=tdt)
-    for cfg in configs:
+    for cfg in list(configs) + PLAIN_CONFIGS:
         if not applies(M, dtype, cfg):
             continue
         try:
@@ -139,21 +169,29 @@ def bench(M, N, K, dtype, configs):
             continue
         t = do_bench(run, warmup=25, rep=200)
         print(f"  config {cfg}: {2 * M * N * K / t * 1e-9:.0f} TFLOP/s, ratio {t_torch / t:.3f}")
-        if best is None or t < best[0]:
+        if cfg[0] == "plain":
+            if plain is None or t < plain[0]:
+                plain = (t, cfg, run)
+        elif best is None or t < best[0]:
             best = (t, cfg, run)
-    if best is not None:
-        # the final numbers: cuBLAS, Triton and the best config measured in alternation, best of 5 rounds each, so
+    if best is not None or plain is not None:
+        # the final numbers: cuBLAS, Triton and the best configs measured in alternation, best of 5 rounds each, so
         # that clock and power drift over the sweep favours none of them
-        contenders = {"torch": lambda: a @ b, "tilex": best[2]}
+        contenders = {"torch": lambda: a @ b}
+        for name, found in (("tilex", best), ("plain", plain)):
+            if found is not None:
+                contenders[name] = found[2]
         if run_triton is not None:
             contenders["triton"] = run_triton
         final = {name: float("inf") for name in contenders}
         for _ in range(5):
             for name, fn in contenders.items():
                 final[name] = min(final[name], do_bench(fn, warmup=25, rep=200))
-        t_torch, best = final["torch"], (final["tilex"], best[1])
+        t_torch = final["torch"]
+        best = (final["tilex"], best[1]) if best is not None else None
+        plain = (final["plain"], plain[1]) if plain is not None else None
         t_triton = final.get("triton", t_triton)
-    return t_torch, t_triton, best
+    return t_torch, t_triton, best, plain
 
 
 def main():
@@ -178,29 +216,36 @@ def main():
     if args.all:
         shapes = ALL_SHAPES
         dtypes = ["float16", "bfloat16"]
-    precompile([(*map(int, s.split("x")), dt, c, pass_configs(c)) for dt in dtypes for s in shapes for c in configs
-                if applies(int(s.split("x")[0]), dt, c)],
+    precompile([(*map(int, s.split("x")), dt, c, pass_configs(c)) for dt in dtypes for s in shapes
+                for c in list(configs) + PLAIN_CONFIGS if applies(int(s.split("x")[0]), dt, c)],
                args.jobs)
     for dt in dtypes:
         for s in shapes:
             M, N, K = map(int, s.split("x"))
             print(f"{s} {dt}:")
-            t_torch, t_triton, best = bench(M, N, K, dt, configs)
-            rows.append((s, dt, t_torch, t_triton, best[0] if best else None, best[1] if best else None))
-    print("\nshape | dtype | cuBLAS ms | triton ms | tilex ms | cuBLAS/tilex | triton/tilex | best config")
-    ratios = []
-    for s, dt, tt, ttr, tx, cfg in rows:
-        if tx is None:
-            print(f"{s} | {dt} | {tt:.3f} | - | - | - | - | none worked")
-            continue
-        ratios.append(tt / tx)
-        tr = f"{ttr:.3f}" if ttr else "-"
-        trr = f"{ttr / tx:.3f}" if ttr else "-"
-        print(f"{s} | {dt} | {tt:.3f} | {tr} | {tx:.3f} | {tt / tx:.3f} | {trr} | {cfg}")
-    if ratios:
-        import math
+            t_torch, t_triton, best, plain = bench(M, N, K, dt, configs)
+            rows.append((s, dt, t_torch, t_triton, best, plain))
+    print("\nshape | dtype | cuBLAS ms | triton ms | tilex ms | cuBLAS/tilex | triton/tilex | best config | "
+          "plain ms | cuBLAS/plain | best plain config")
+    ratios, plain_ratios = [], []
+    for s, dt, tt, ttr, best, plain in rows:
+        cells = [s, dt, f"{tt:.3f}", f"{ttr:.3f}" if ttr else "-"]
+        if best is None:
+            cells += ["-", "-", "-", "none worked"]
+        else:
+            ratios.append(tt / best[0])
+            cells += [f"{best[0]:.3f}", f"{tt / best[0]:.3f}", f"{ttr / best[0]:.3f}" if ttr else "-", str(best[1])]
+        if plain is None:
+            cells += ["-", "-", "none worked"]
+        else:
+            plain_ratios.append(tt / plain[0])
+            cells += [f"{plain[0]:.3f}", f"{tt / plain[0]:.3f}", str(plain[1][1:])]
+        print(" | ".join(cells))
+    import math
 
-        print(f"geometric mean cuBLAS/tilex: {math.exp(sum(map(math.log, ratios)) / len(ratios)):.3f}")
+    for what, rs in (("tilex", ratios), ("plain", plain_ratios)):
+        if rs:
+            print(f"geometric mean cuBLAS/{what}: {math.exp(sum(map(math.log, rs)) / len(rs)):.3f}")
 
 
 if __name__ == "__main__":
