@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import tvm
 from tvm import tirx
 
+from tilex.ir.source import span_of
 from tilex.ir.visit import map_nodes, seq, seq_items, substitute
 from tilex.layout.convert import in_same_threads
 from tilex.op.copy import copy_call
@@ -33,6 +34,11 @@ class Conflict:
     want: object
     have_from: str
     want_from: str
+
+    @property
+    def span(self):
+        """Where the user wrote the operator (its call's span, else its statement's)."""
+        return span_of(getattr(self.stmt, "value", None), self.stmt)
 
     def message(self) -> str:
         return (f"layout conflict on buffer '{self.buffer.name}': {self.have_from} requires {self.have}, but "

@@ -127,10 +127,9 @@ def layout_inference(func, target=None):
         pinned.update(pins)
         notes += round_notes
     else:  # conversions that do not settle it: say the first conflict left
-        raise add_location(LayoutConflictError(conflicts[0].message()), span_of(
-            getattr(conflicts[0].stmt, "value", None), conflicts[0].stmt))
+        raise add_location(LayoutConflictError(conflicts[0].message()), conflicts[0].span)
     for note, c in notes:
-        warn_at(note, LayoutConversionWarning, span_of(getattr(c.stmt, "value", None), c.stmt))
+        warn_at(note, LayoutConversionWarning, c.span)
     loop_layouts = {}
     for stmt, op in found:
         if isinstance(op, ParallelOp) and op.loop_layout is not None:

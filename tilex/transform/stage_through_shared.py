@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from tvm import tirx
 
-from tilex.ir.source import span_of, warn_at
+from tilex.ir.source import warn_at
 from tilex.ir.visit import substitute
 from tilex.layout.convert import in_same_threads
 from tilex.op.base import LayoutConversionWarning
@@ -63,7 +63,7 @@ def stage_through_shared(func, target):
     for b, (_, c) in staged.items():
         warn_at(f"tilex: layout conflict on fragment '{b.name}': {c.want_from} needs {c.want}, but {c.have_from} "
                 f"gives it {c.have}; '{b.name}' is staged through shared memory instead of registers",
-                LayoutConversionWarning, span_of(getattr(c.stmt, "value", None), c.stmt))
+                LayoutConversionWarning, c.span)
     return func.with_body(substitute(func.body, {b: tile for b, (tile, _) in staged.items()}))
 
 
