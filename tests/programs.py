@@ -12,11 +12,13 @@ def example(name):
     return runpy.run_path(str(EXAMPLES / f"{name}.py"))
 
 
-def matmul(M, N, K, panel=None, order="row", bm=128, bn=128, bk=32, stages=3, threads=128, enable=True):
+def matmul(M, N, K, panel=None, order="row", bm=128, bn=128, bk=32, stages=3, threads=128, enable=True,
+           out_dtype="float16", store_tma=True):
     """C = A @ B (float16, float32 accumulator) as TileLang's examples write it: a T.Pipelined k loop of two
-    T.copy and a T.gemm, the fragment copied out; `panel` adds T.use_swizzle(panel, order, enable)."""
+    T.copy and a T.gemm, the fragment copied out (``disable_tma=True`` unless `store_tma`); `panel` adds
+    T.use_swizzle(panel, order, enable)."""
     @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), out_dtype)):
         with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
             if panel is not None:
                 T.use_swizzle(panel, order=order, enable=enable)
@@ -28,7 +30,7 @@ def matmul(M, N, K, panel=None, order="row", bm=128, bn=128, bk=32, stages=3, th
                 T.copy(A[by * bm, k * bk], A_s)
                 T.copy(B[k * bk, bx * bn], B_s)
                 T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bm, bx * bn])
+            T.copy(C_l, C[by * bm, bx * bn], disable_tma=not store_tma)
 
     return main
 

@@ -22,12 +22,15 @@ def test_symbolic_is_a_named_size_variable():
 
 
 def test_symbolic_m_keeps_tma_and_warp_specialization():
-    """One kernel for every M: m is a kernel parameter, A's tensor map is encoded per call, and the epilogue stores
-    no row past m."""
+    """One kernel for every M: m is a kernel parameter, A's and C's tensor maps are encoded per call, and the
+    epilogue stores no row past m (the TMA store clips its box at the map's m rows; per-thread stores check)."""
     prog = matmul(T.dynamic("m"), 1024, 1024, bk=64, threads=256)
     src = tilex.compile(prog, out_idx=-1, target="sm_90a").get_kernel_source()
     assert "__launch_bounds__(384" in src  # 256 consumers + the TMA producer warpgroup
     assert "CUtensorMap A_tmap" in src and "CUtensorMap B_tmap" in src and "int m)" in src
+    assert "CUtensorMap C_tmap" in src and "tilex::tma_store_2d" in src
+    src = tilex.compile(prog, out_idx=-1, target="sm_90a",
+                        pass_configs={"tilex.disable_staged_epilogue": True}).get_kernel_source()
     assert ") < m)" in src
 
 

@@ -6,6 +6,7 @@ import tvm
 
 from tilex.engine import lower_to_tir
 from tilex.kernels.gemm import matmul
+from tilex.transform.hopper.stream_k import stream_k_pays
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 SK = {"tilex.num_sms": 132, "tilex.stream_k": 1}
@@ -15,10 +16,37 @@ def _script(func, **cfg):
     return lower_to_tir(func, SM90, {**SK, **cfg})["main"].script()
 
 
-def test_off_by_default():
+def test_cost_rule_leaves_a_large_square_gemm_alone():
+    """4096^3 in 128x256 tiles: 256 tile pairs over 66 clusters; sharing the last 58 pairs would save nothing
+    (3 rounds + 57 of 64 iterations + the fixup against 4 rounds)."""
     script = lower_to_tir(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, stage_c=True), SM90,
                           {"tilex.num_sms": 132})["main"].script()
     assert "streamk" not in script
+
+
+def test_cost_rule_shares_a_skinny_gemm_among_every_multiprocessor():
+    """128 x 8192 x 8192: 32 tiles of 128x256 for 132 blocks; without stream-K 100 multiprocessors idle through
+    all 128 K iterations. The grid becomes all 132 slots, each running a segment of about 32 iterations."""
+    script = lower_to_tir(matmul(128, 8192, 8192, 128, 256, 64, 3, 256), SM90,
+                          {"tilex.num_sms": 132})["main"].script()
+    assert 'T.launch_thread("blockIdx.x", 132)' in script
+    assert "tilex::streamk_fixup<128, 256, 132>" in script
+    assert "for tile_c_sk in range(((blockIdx_x + 1) * 4096 // 132 - 1) // 128" in script
+    # stream-K pinned off: one block per tile, as written
+    script = lower_to_tir(matmul(128, 8192, 8192, 128, 256, 64, 3, 256), SM90,
+                          {"tilex.num_sms": 132, "tilex.stream_k": 0})["main"].script()
+    assert "streamk" not in script and 'T.launch_thread("blockIdx.x", 32)' in script
+
+
+def test_stream_k_pays():
+    acc, step = 128 * 256 * 4, 48 * 1024  # a 128x256 fp32 accumulator, 64 K of A and B per iteration
+    assert not stream_k_pays(256, 66, 64, acc, step)  # 4096^3: 3 rounds + 58 pairs
+    assert not stream_k_pays(1024, 66, 128, acc, step)  # 8192^3: saves 2.7 %
+    assert stream_k_pays(32, 132, 128, acc, step)  # 128 x 8192 x 8192
+    assert not stream_k_pays(128, 132, 128, acc, step)  # 128 tiles on 132 slots: nothing to gain
+    assert not stream_k_pays(264, 132, 128, acc, step)  # whole rounds
+    assert not stream_k_pays(32, 132, 16, acc, step)  # 1024^3: 4 of 16 iterations, but 4 partial sums per tile
+    assert stream_k_pays(32, 66, 128, acc, step)  # 256 x 8192 x 8192 (tile pairs over clusters)
 
 
 def test_whole_waves_then_shared_tail():

@@ -5,6 +5,9 @@
       -> RegisterOperand           (opt in) a tile one T.Parallel writes for one T.gemm -> the MMA's register operand
       -> InjectSoftwarePipeline    multi-buffered shared tiles; cp.async pipeline, explicit schedule, or (sm90)
                                    TMA producer / wgmma consumer loops (transform/pipeline/, transform/hopper/)
+      -> StageEpilogue             (sm90, warp-specialized) fragment -> global epilogue copies through a swizzled
+                                   shared tile and TMA stores, as wide as occupancy allows
+      -> ChooseRasterization       a grid without T.use_swizzle: the panel whose wave of blocks reads the fewest bytes
       -> LayoutInference           Layout / Fragment for every shared buffer and fragment
       -> LowerTileOps              per-thread TIR; physical buffers
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
@@ -38,7 +41,9 @@ from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
 from tilex.transform.hopper.warp_specialize import warp_specialize
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.pipeline.inject import inject_pipeline
+from tilex.transform.rasterization import choose_rasterization
 from tilex.transform.register_operand import register_operand
+from tilex.transform.stage_epilogue import stage_epilogue
 from tilex.transform.stage_through_shared import stage_through_shared
 from tilex.transform.swizzle_shared_tiles import lower_with_swizzles
 from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
@@ -73,6 +78,8 @@ def _tile_passes(func, target):
     func = register_operand(func, target)
     func = stage_through_shared(func, target)
     func = inject_pipeline(func, target)
+    func = stage_epilogue(func, target)
+    func = choose_rasterization(func, target)
     func = layout_inference(func, target)
     func = lower_with_swizzles(func, target)
     func = warp_specialize(func)

@@ -14,10 +14,10 @@ ARCH_SMEM_LIMITS = {
     (12, 0): 99 * 1024, (12, 1): 99 * 1024,
 }
 
-#: sm90 multiprocessor: 32-bit registers, and the shared memory its resident blocks may use together (the
-#: opt-in per-block limit; the driver also keeps SMEM_RESERVED_PER_BLOCK for every resident block).
+#: sm90 multiprocessor: 32-bit registers, and the shared memory its resident blocks may use together (228 KB, of
+#: which one block may take 227 KB; the driver also keeps SMEM_RESERVED_PER_BLOCK for every resident block).
 REGS_PER_SM = 65536
-SMEM_PER_SM = 227 * 1024
+SMEM_PER_SM = 228 * 1024
 SMEM_RESERVED_PER_BLOCK = 1024
 
 #: Multiprocessor count of each arch's flagship part (used when the current GPU is not of that arch).
@@ -126,7 +126,7 @@ def arch_shared_memory_limit(arch: str) -> int | None:
 def block_shared_memory_limit(capability: int) -> int:
     """Shared memory one block may use on compute capability `capability` (e.g. 90); archs missing from the table
     get their generation's figure."""
-    return arch_shared_memory_limit(f"sm_{capability}") or (SMEM_PER_SM if capability >= 90 else 99 * 1024)
+    return arch_shared_memory_limit(f"sm_{capability}") or (227 * 1024 if capability >= 90 else 99 * 1024)
 
 
 def num_sms(arch: str) -> int:

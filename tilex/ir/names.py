@@ -18,7 +18,8 @@ NUM_STAGES = "tilex.num_stages"
 PIPELINE_ORDER = "tilex.pipeline_order"
 PIPELINE_STAGE = "tilex.pipeline_stage"
 #: op ``tilex.use_swizzle(panel, order)``: language.rasterize writes; transform.thread_block_swizzle (and the
-#: persistent grid, transform.hopper) read and consume it. `order` is an index into SWIZZLE_ORDERS.
+#: persistent grid, transform.hopper) read and consume it. `order` is an index into SWIZZLE_ORDERS; panel 0 keeps the
+#: launch order (``enable=False``, or transform.rasterization's choice pinned off).
 USE_SWIZZLE_OP = "tilex.use_swizzle"
 SWIZZLE_ORDERS = ("row", "column")
 #: op ``tilex.annotate_layout(buffer, ...)``: layout.codec builds it for language.layouts;
@@ -35,6 +36,12 @@ LAYOUT_MAP_ATTR = "tilex.layout_map"
 #: function attribute, the notes (list of str) of the layout conversions transform.layout_inference inserted;
 #: JITKernel.layout_conversions reads it.
 LAYOUT_CONVERSIONS_ATTR = "tilex.layout_conversions"
+#: function attribute, notes (list of str) on the fragment -> global epilogue copies transform.stage_epilogue
+#: staged through shared memory and TMA stores; tests and users read it.
+STAGED_EPILOGUES_ATTR = "tilex.staged_epilogues"
+#: function attribute, a note (str) on the rasterization panel transform.rasterization chose for a kernel without
+#: T.use_swizzle; tests and users read it.
+RASTERIZATION_ATTR = "tilex.rasterization"
 #: T.Parallel loop annotation, its encoded thread Fragment: transform.layout_inference writes,
 #: transform.lower_tile_ops reads.
 LOOP_LAYOUT_ATTR = "tilex.loop_layout"

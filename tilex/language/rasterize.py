@@ -27,7 +27,9 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
     * ``order="column"``: the same with the roles of x and y exchanged (panels of ``panel_size`` grid columns).
 
     A last panel with fewer rows (columns) is traversed the same way, so every block index is produced exactly
-    once. ``enable=False`` leaves the kernel unchanged; on a 1-d grid the swizzle is the identity.
+    once. ``enable=False`` keeps the launch order; on a 1-d grid the swizzle is the identity. A kernel without
+    ``T.use_swizzle`` gets the panel tilex chooses (``tilex.transform.rasterization``): calling it, with
+    ``enable=False`` too, pins the choice.
     """
     if order == "mlx":
         raise NotImplementedError("T.use_swizzle(order='mlx') is not supported by tilex (use 'row' or 'column')")
@@ -41,5 +43,5 @@ def use_swizzle(panel_size: int, order: str = "row", enable: bool = True):
     if panel < 1:
         raise ValueError(f"T.use_swizzle: panel_size must be positive, got {panel}")
     if not as_bool("T.use_swizzle", "enable", enable):
-        return None
+        panel = 0  # the launch order, pinned: tilex chooses no rasterization of its own
     return tirx.call_intrin("void", USE_SWIZZLE_OP, panel, SWIZZLE_ORDERS.index(order))

@@ -133,6 +133,8 @@ def thread_block_swizzle(func: tirx.PrimFunc) -> tirx.PrimFunc:
     if len(set(markers)) > 1:
         raise ValueError(f"conflicting T.use_swizzle calls in one kernel: {sorted(set(markers))}")
     panel_size, order = markers[0]
+    if panel_size == 0:  # T.use_swizzle(enable=False): the launch order
+        return func.with_body(drop_markers(func.body))
 
     def on_attr(node, m):
         if node.attr_key != "thread_extent":

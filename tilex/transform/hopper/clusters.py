@@ -73,7 +73,7 @@ def tile_group_size(producer, tags, extents, markers, grid, size):
         return 1
     gy = extents["blockIdx.y"]
     if ((isinstance(gy, int) and gy % size) or grid % size or (markers and markers[0][0] % size)
-            or (markers and markers[0][1] != "row")):
+            or (markers and markers[0][0] and markers[0][1] != "row")):
         return 1
     shared = loads_not_depending_on(producer, tags["blockIdx.y"].node.var)
     return size if len(shared) > 0 and len(shared) % size == 0 else 1
@@ -166,7 +166,7 @@ def row_cluster_plan(body):
     if len(split) != 1:
         return None
     shared = loads_not_depending_on(split[0].then_case, tags["blockIdx.x"].node.var)
-    if not shared or any(find_markers(body)):
+    if not shared or any(panel for panel, _ in find_markers(body)):
         return None
     return RowClusterPlan(chain, size)
 

@@ -14,13 +14,14 @@ The producer thereby loads the next tile's first stages while the consumers run 
 and barrier setup and launch cost are paid once per block instead of once per tile.
 When the grid has an even number of block rows (and an even rasterization panel), blocks also run in clusters
 of two on tile pairs that multicast the operand both tiles share (:mod:`.clusters`; ``tilex.persistent_cluster``
-= 4 makes groups of four). With ``tilex.stream_k``, units that do not divide evenly among the workers are shared
-in segments of their K iterations (:mod:`.stream_k`).
+= 4 makes groups of four). Units that do not divide evenly among the workers are shared in segments of their K
+iterations (stream-K, :mod:`.stream_k`) when its cost rule says it pays, or as ``tilex.stream_k`` asks.
 Otherwise: ``base`` is 0 and the attributes are removed (one block per tile, as before), and the kernel may run
 in row clusters along x (``tilex.cluster_size``, :mod:`.clusters`).
 
 A kernel qualifies when persistence is not disabled (``tilex.disable_persistent``), the grid has a static x
-extent and a static y extent with more tiles than block slots, or a y extent of kernel sizes alone (a
+extent and a static y extent with more tiles than block slots (or fewer, with stream-K: the grid is then every
+slot, sharing the few tiles' K iterations: a skinny GEMM), or a y extent of kernel sizes alone (a
 ``T.dynamic`` M: the grid is then every slot, stream-K shares whatever the run-time tile count leaves over,
 and a cluster's last group may hang past the grid), no ``blockIdx.z``, a trip count that does not depend on
 the block indices. Shared memory the consumers use outside the pipeline loop (an epilogue tile) stays live
@@ -145,14 +146,14 @@ def _plan(func, attrs, target):
     slots = sms * _blocks_per_sm(func.body)
     symbolic = not isinstance(extents["blockIdx.y"], int)
     tiles = extents["blockIdx.x"] * extents["blockIdx.y"]
-    if not symbolic and tiles <= slots:
-        return None
+    # a grid of one wave or less goes persistent only to share its tiles' K iterations among every slot (stream-K)
+    few = not symbolic and tiles <= slots
     split = [s for s in clusters.launch_items(chain) if is_role_split(s)]
     if len(split) != 1:
         return None
     # (shared memory the consumer touches outside its pipeline loop is live across the whole tile loop, so it
     # never shares bytes with a stage; tests/transform/test_persistent_tiles.py checks the offsets)
-    grid = slots if symbolic else min(slots, tiles)
+    grid = slots if symbolic or few else min(slots, tiles)
     # clusters need a grid of whole clusters: drop the few slots left over
     asked = clusters.persistent_cluster_size() if _multicast_ok(target) else 1
     size = clusters.tile_group_size(split[0].then_case, tags, extents, find_markers(func.body),
@@ -162,8 +163,19 @@ def _plan(func, attrs, target):
     items = seq_items(_consumer_parts(cons)[1])
     units = extents["blockIdx.x"] * _tile_groups(extents["blockIdx.y"], size)
     sk = stream_k_plan(items, _loop_indices(items), units, grid // size, int(cons.value),
-                       tags["threadIdx.x"].node.var, attrs[0].value)
+                       tags["threadIdx.x"].node.var, attrs[0].value, _iteration_bytes(split[0].then_case))
+    if few and sk is None:
+        return None
     return PersistentPlan(chain, tags, extents, grid, size, sk)
+
+
+def _iteration_bytes(producer):
+    """Bytes one iteration of the producer's pipeline loop loads (the transaction count of its full barrier)."""
+    found = []
+    # (a call_extern: the device function name, the barrier, the byte count)
+    walk(producer, (tirx.Evaluate, lambda n: found.append(n.value.args[2])
+                    if intrin.is_call(n, intrin.MBAR_ARRIVE_EXPECT_TX) else None))
+    return sum(int(b.value) for b in found if isinstance(b, tirx.IntImm))
 
 
 def _tile_groups(gy, size):
@@ -195,7 +207,7 @@ def _rewrite(plan):
     chain, tags, grid, size, sk = plan.chain, plan.tags, plan.grid, plan.cluster_size, plan.stream_k
     clustered = size > 1
     markers = find_markers(chain[0])
-    panel, order = markers[0] if markers else (None, None)
+    panel, order = markers[0] if markers and markers[0][0] else (None, None)  # panel 0: the launch order
     gx, gy = plan.extents["blockIdx.x"], plan.extents["blockIdx.y"]
     groups = _tile_groups(gy, size)
     pid = tirx.Var("blockIdx_x", "int32")

@@ -1,4 +1,4 @@
-"""Stream-K for PersistentTiles (opt-in, ``tilex.stream_k``).
+"""Stream-K for PersistentTiles: when a cost rule says it pays (`stream_k_pays`), or as ``tilex.stream_k`` asks.
 
 Consumes: the consumer statements of a warp-specialized kernel that PersistentTiles makes persistent (one of them
 holds the pipeline loop, whose ``tilex.ws_pipeline_lo`` / ``_hi`` attributes let it run any segment ``[lo, hi)``
@@ -9,8 +9,15 @@ the workers (blocks, or clusters), or may not (a unit count of kernel sizes); th
 remaining units' K iterations (:func:`segment_loop`). The worker
 holding a unit's first iteration owns it; the others leave fp32 partial accumulators in global memory and raise
 a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's
-global writes, while the shared-memory steps stay unconditional so the barriers between them do too. When it
-pays off: benchmarks/README.md.
+global writes, while the shared-memory steps stay unconditional so the barriers between them do too.
+
+Whether it pays (``tilex.stream_k`` unset): a worker runs ``ceil(units / workers)`` units' iterations without
+stream-K, ``units // workers`` whole units plus an equal share of the rest with it, plus a fixup: a shared unit
+is cut into ``workers / rest`` segments, each of whose partial sums goes out to L2 and comes back to the owner,
+costing ``2 x accumulator bytes / bytes one iteration loads`` iterations, plus FIXUP_ITERATIONS for the flags.
+Stream-K is used when that saves at least MIN_GAIN of the time: a grid with a few tiles for many multiprocessors
+and a long K loop (a skinny GEMM), not a short K loop (1024^3: 16 iterations), nor the last 3 % of a large grid
+(measured: benchmarks/README.md).
 """
 from __future__ import annotations
 
@@ -24,6 +31,26 @@ from tilex.ir import intrin
 from tilex.ir.shared_memory import buffer_bits
 from tilex.ir.visit import buffers_used, is_op_call, seq_items, walk
 from tilex.transform.pipeline.analysis import written_shared
+
+
+#: Iterations' worth of the flag handshake between the blocks sharing a unit.
+FIXUP_ITERATIONS = 2
+#: Least fraction of the kernel's time stream-K must save to be chosen.
+MIN_GAIN = 0.05
+
+
+def stream_k_pays(units: int, workers: int, n: int, acc_bytes: int, iteration_bytes: int) -> bool:
+    """Whether sharing the units that do not divide among the workers in segments of their `n` K iterations saves
+    at least MIN_GAIN (module docstring); `acc_bytes`: the fp32 accumulator of a block, `iteration_bytes`: what
+    one of its K iterations loads."""
+    rest = units % workers
+    if rest == 0:
+        return False
+    whole = -(-units // workers) * n
+    segments = workers / rest  # of each shared unit
+    fixup = FIXUP_ITERATIONS + segments * 2 * acc_bytes / max(1, iteration_bytes)
+    shared = units // workers * n + -(-rest * n // workers) + fixup
+    return shared <= (1 - MIN_GAIN) * whole
 
 
 @dataclass(frozen=True)
@@ -106,12 +133,14 @@ def _uses_buffer(stmt, buf):
     return bool(found) or any(b.same_as(buf) for b in _local_buffers(stmt))
 
 
-def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, n):
+def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, n, iteration_bytes=0):
     """The :class:`StreamKPlan` for the consumer statements `consumer_items` (`loop_at`: the indices of those
-    holding the pipeline loop, of trip count `n`), or None when stream-K does not apply: off
-    (``tilex.stream_k``), units split evenly already, a trip count that is not static, or not exactly one fp32
-    accumulator (a local buffer the K loop and the statements after it both use)."""
-    if not config.get("stream_k", False) or not hasattr(n, "value"):
+    holding the pipeline loop, of trip count `n`, each iteration loading `iteration_bytes`), or None when stream-K
+    does not apply: off (``tilex.stream_k`` = 0, or unset and `stream_k_pays` says no), units split evenly
+    already, a trip count that is not static, or not exactly one fp32 accumulator (a local buffer the K loop and
+    the statements after it both use)."""
+    asked = config.get("stream_k", None)
+    if (asked is not None and not int(asked)) or not hasattr(n, "value"):
         return None
     if isinstance(units, int) and units % workers == 0:
         return None  # (a symbolic unit count may divide evenly at run time: its segment loop is then empty)
@@ -121,6 +150,9 @@ def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, 
     after = _local_buffers(tirx.SeqStmt(consumer_items[at + 1:])) if at + 1 < len(consumer_items) else []
     acc = [b for b in after if _uses_buffer(consumer_items[at], b)]
     if len(acc) != 1 or str(acc[0].dtype) != "float32" or (buffer_bits(acc[0]) // 32) % 4:
+        return None
+    if asked is None and not (isinstance(units, int) and stream_k_pays(
+            units, workers, int(n.value), buffer_bits(acc[0]) * threads // 8, iteration_bytes)):
         return None
     return StreamKPlan(int(n.value), acc[0], threads, thread_var)
 

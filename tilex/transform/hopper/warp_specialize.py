@@ -8,8 +8,9 @@ barriers and the whole block synchronizes once; then threads >= C lower their re
 runs the producer loop, while threads < C raise theirs and run every other statement of the kernel (prologue,
 consumer loop, epilogue) inside a ``tilex.ws_consumer`` region, whose barriers `NamedBarriers`
 (:mod:`tilex.transform.hopper.roles`) later turns into consumer-only named barriers (``__syncthreads`` would wait
-for the producer). The register split follows from occupancy (`register_budget`: blocks per SM from shared memory,
-the producer keeps 40 registers); a ``min_blocks_per_sm`` launch marker records the occupancy it assumes.
+for the producer). The register split follows from occupancy (`occupancy.register_budget`: blocks per SM from shared
+memory and registers, the producer keeps 40 registers); a ``min_blocks_per_sm`` launch marker records the occupancy
+it assumes.
 """
 from __future__ import annotations
 
@@ -17,43 +18,27 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.hardware import REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK
 from tilex.ir.names import WS_CONSUMER, WS_INIT, WS_PRODUCER
 from tilex.ir.shared_memory import buffer_bits, buffer_bytes
 from tilex.ir.visit import BufferLoadNode, load_buffer, map_nodes, seq_items, storage_sync, walk
 from tilex.op.base import TileOpError
+from tilex.transform.hopper.occupancy import PRODUCER_REGS, block_footprint, register_budget
 from tilex.transform.hopper.ws_decision import kernel_scalars, resolve_scalars
 from tilex.transform.kernel_scope import kernel_info
 
-PRODUCER_REGS = 40
+__all__ = ["register_budget", "warp_specialize"]
 
 
 def _shared_bytes(allocs):
-    return sum(buffer_bytes(a.buffer) for a in allocs if a.buffer.scope() in ("shared", "shared.dyn"))
+    """The block's shared memory footprint (`occupancy.block_footprint`)."""
+    def total(scope):
+        return sum(buffer_bytes(a.buffer) for a in allocs if a.buffer.scope() == scope)
+
+    return block_footprint(total("shared"), total("shared.dyn"))
 
 
 def _local_words(allocs):
     return sum((buffer_bits(a.buffer) + 31) // 32 for a in allocs if a.buffer.scope() == "local")
-
-
-def register_budget(consumers, smem_bytes, local_words=0):
-    """(blocks per multiprocessor, registers per thread at entry, consumer registers after ``setmaxnreg``).
-
-    Two blocks share a multiprocessor when shared memory allows and the entry register cap still holds the
-    per-thread locals (accumulators) with room to spare: ptxas compiles the whole kernel under that cap, the
-    ``setmaxnreg`` raise only lets the consumers keep more values live. The producer warpgroup drops to
-    PRODUCER_REGS and the consumers take what it frees (a multiple of 8, at most 240)."""
-    total = consumers + 128
-
-    def plan(blocks):
-        entry = min(255, REGS_PER_SM // (blocks * total)) // 8 * 8
-        return blocks, entry, min(240, (entry * total - PRODUCER_REGS * 128) // consumers // 8 * 8)
-
-    if SMEM_PER_SM // max(1, smem_bytes + SMEM_RESERVED_PER_BLOCK) >= 2:
-        two = plan(2)
-        if two[1] >= local_words + 48:
-            return two
-    return plan(1)
 
 
 def warp_specialize(func):

@@ -1,0 +1,67 @@
+"""StageEpilogue: the plain GEMM's fragment -> global copy goes through a shared tile and TMA stores, as wide as
+occupancy allows; a pinned choice wins (IR only, no GPU needed)."""
+import tvm
+
+from programs import matmul
+from tilex.engine import lower_to_tir
+from tilex.ir.names import STAGED_EPILOGUES_ATTR
+from tilex.transform.hopper.occupancy import CONSUMER_SPARE_REGS, blocks_per_sm, block_footprint, register_budget
+
+SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
+SM80 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})
+PIN = {"tilex.num_sms": 132}
+
+
+def _lowered(func, target=SM90, **cfg):
+    return lower_to_tir(func, target, {**PIN, **cfg})["main"]
+
+
+def _staged(f):
+    return [str(n) for n in (f.attrs.get(STAGED_EPILOGUES_ATTR) or [])]
+
+
+def test_a_whole_tile_is_staged_when_it_fits_beside_the_stages():
+    # 128x256x64, 3 stages: 144 KB of stages + a 64 KB C tile, one block per multiprocessor either way
+    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=256, bk=64, threads=256))
+    assert _staged(f) == ["C_l -> C: through shared tile C_l_stage (128 x 256), stored by TMA in 1 block(s)"]
+    script = f.script()
+    assert script.count("tilex::tma_store_2d") == 4  # four 64-column swizzle planes
+    assert 'C_l_stage = T.alloc_buffer((32768,), "float16", scope="shared.dyn")' in script
+
+
+def test_column_blocks_keep_two_blocks_per_multiprocessor():
+    # 128x128x64, 3 stages: 96 KB; a whole 32 KB C tile would leave one block per multiprocessor, 64 columns
+    # (16 KB) keep two
+    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=128, bk=64, threads=128))
+    assert _staged(f) == ["C_l -> C: through shared tile C_l_stage (128 x 64), stored by TMA in 2 block(s)"]
+    script = f.script()
+    assert "for epi_j in T.unroll(2)" in script
+    assert 'tilex::min_blocks_per_sm<2>' in script
+
+
+def test_pinned_per_thread_stores_stay():
+    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=256, bk=64, threads=256, store_tma=False))
+    assert not _staged(f) and "tma_store" not in f.script()
+    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=256, bk=64, threads=256),
+                 **{"tilex.disable_staged_epilogue": True})
+    assert not _staged(f) and "tma_store" not in f.script()
+
+
+def test_no_staging_without_tma_stores_or_for_untyped_tma_outputs():
+    assert not _staged(_lowered(matmul(4096, 4096, 4096), target=SM80))
+    # float32 outputs: TMA tiles of 8/16-bit data only
+    assert not _staged(_lowered(matmul(4096, 4096, 4096, out_dtype="float32")))
+    # no warp-specialized pipeline: the loop stays on cp.async
+    assert not _staged(_lowered(matmul(4096, 4096, 4096), **{"tilex.disable_warp_specialized": True}))
+
+
+def test_occupancy_rule():
+    # the consumers' raised budget (216) holds a 128-register accumulator with the spare registers left
+    assert register_budget(128, 96 * 1024, 128) == (2, 128, 216)
+    assert 216 >= 128 + CONSUMER_SPARE_REGS
+    assert register_budget(256, 192 * 1024, 128) == (1, 168, 232)
+    # static shared memory pushes the dynamic part to a 1 KB boundary
+    assert block_footprint(48, 1024) == 2048 and block_footprint(0, 1024) == 1024
+    # two blocks of 1 KB barriers + 112 KB fill the 228 KB multiprocessor exactly (1 KB reserved each)
+    assert blocks_per_sm(128, 48, 112 * 1024, 128) == 2
+    assert blocks_per_sm(128, 48, 112 * 1024 + 16, 128) == 1
