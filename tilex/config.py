@@ -18,7 +18,7 @@ KNOWN = {
     "disable_tma_multicast": "persistent kernels do not pair blocks in clusters that multicast a shared operand",
     "cluster_size": "opt in: a warp-specialized grid that is not made persistent runs in clusters of 2 or 4 blocks along x that multicast the operand not depending on bx",
     "persistent_cluster": "blocks per cluster of a persistent grid (1, 2 or 4; default 2): the tiles of a cluster share one operand, loaded once and multicast",
-    "stream_k": "1: persistent GEMMs whose output tiles do not divide evenly among the blocks split the last tiles' K iterations between all blocks (stream-K; partial sums meet in global memory); 0: never; unset: when its cost rule says it saves 5 % (transform/hopper/stream_k.py)",
+    "stream_k": "1: persistent GEMMs whose output tiles do not divide evenly among the blocks split the last tiles' K iterations between all blocks (stream-K; partial sums meet in global memory); 'auto': when its cost rule says it saves 5 % (transform/hopper/stream_k.py; a skinny GEMM); unset or 0: never (stream-K kernels of one size share static partial-sum arrays: two running at once on different streams could mix them)",
     "disable_mma_overlap": "warp-specialized loops that compute between their MMAs (attention) wait for every gemm at once instead of running the last one (P V) during the next iteration's softmax",
     "warpgroup_turns": "opt in: in such loops with two consumer warpgroups, each issues its block of MMAs (S of this key block, P V of the last) in turns with the other (named barriers), as FlashAttention-3's ping-pong",
     "disable_fast_math": "float32 T.exp2 / T.exp use the precise exp2f / expf instead of ex2.approx (one instruction, relative error about 2^-22)",

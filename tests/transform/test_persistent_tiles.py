@@ -64,10 +64,9 @@ def test_rasterization_is_applied_per_tile():
     assert "T.min(4" in script  # panel of 8 block rows = 4 tile pairs
 
 
-@pytest.mark.parametrize("cfg", [{"tilex.disable_persistent": True}, {"tilex.stream_k": 0}])
+@pytest.mark.parametrize("cfg", [{"tilex.disable_persistent": True}, {}])
 def test_small_grids_and_disabled_config_keep_one_block_per_tile(cfg):
-    # 4096^2 output in 128x256 tiles = 512 blocks; 1024^2 = 32 blocks, fewer than the multiprocessors (a grid
-    # that stream-K does not share: test_stream_k.py has the one it does)
+    # 4096^2 output in 128x256 tiles = 512 blocks; 1024^2 = 32 blocks, fewer than the multiprocessors
     shape = (4096, 4096, 4096) if "tilex.disable_persistent" in cfg else (1024, 1024, 1024)
     script = _script(matmul(*shape, 128, 256, 64, 4, 256), **cfg)
     assert "blockIdx.y" in script and "tile_c" not in script and "ws_base" not in script

@@ -1,5 +1,6 @@
 """StageEpilogue: the plain GEMM's fragment -> global copy goes through a shared tile and TMA stores, as wide as
-occupancy allows; a pinned choice wins (IR only, no GPU needed)."""
+occupancy allows; a pinned choice wins (IR on the CPU; results, ragged tiles too, on the GPU)."""
+import pytest
 import tvm
 
 from programs import matmul
@@ -65,3 +66,21 @@ def test_occupancy_rule():
     # two blocks of 1 KB barriers + 112 KB fill the 228 KB multiprocessor exactly (1 KB reserved each)
     assert blocks_per_sm(128, 48, 112 * 1024, 128) == 2
     assert blocks_per_sm(128, 48, 112 * 1024 + 16, 128) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,bn,threads", [(1000, 1032, 128, 128), (4096, 4096, 256, 256), (4224, 520, 128, 128)])
+def test_staged_epilogue_results(M, N, bn, threads):
+    """Ragged tiles too: the TMA store clips the boxes that hang past C's rows and columns."""
+    import torch
+
+    import tilex
+
+    prog = matmul(M, N, 1024, bm=128, bn=bn, bk=64, threads=threads)
+    kernel = tilex.compile(prog)
+    assert "tma_store_2d" in kernel.get_kernel_source()
+    a = torch.randn(M, 1024, device="cuda", dtype=torch.float16)
+    b = torch.randn(1024, N, device="cuda", dtype=torch.float16)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=5e-2, rtol=1e-2)

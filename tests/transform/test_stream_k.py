@@ -16,23 +16,29 @@ def _script(func, **cfg):
     return lower_to_tir(func, SM90, {**SK, **cfg})["main"].script()
 
 
+AUTO = {"tilex.num_sms": 132, "tilex.stream_k": "auto"}
+
+
+def test_off_by_default():
+    script = lower_to_tir(matmul(128, 8192, 8192, 128, 256, 64, 3, 256), SM90, {"tilex.num_sms": 132})["main"]
+    assert "streamk" not in script.script()
+
+
 def test_cost_rule_leaves_a_large_square_gemm_alone():
     """4096^3 in 128x256 tiles: 256 tile pairs over 66 clusters; sharing the last 58 pairs would save nothing
     (3 rounds + 57 of 64 iterations + the fixup against 4 rounds)."""
-    script = lower_to_tir(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, stage_c=True), SM90,
-                          {"tilex.num_sms": 132})["main"].script()
+    script = lower_to_tir(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256, stage_c=True), SM90, AUTO)["main"].script()
     assert "streamk" not in script
 
 
 def test_cost_rule_shares_a_skinny_gemm_among_every_multiprocessor():
     """128 x 8192 x 8192: 32 tiles of 128x256 for 132 blocks; without stream-K 100 multiprocessors idle through
     all 128 K iterations. The grid becomes all 132 slots, each running a segment of about 32 iterations."""
-    script = lower_to_tir(matmul(128, 8192, 8192, 128, 256, 64, 3, 256), SM90,
-                          {"tilex.num_sms": 132})["main"].script()
+    script = lower_to_tir(matmul(128, 8192, 8192, 128, 256, 64, 3, 256), SM90, AUTO)["main"].script()
     assert 'T.launch_thread("blockIdx.x", 132)' in script
     assert "tilex::streamk_fixup<128, 256, 132>" in script
     assert "for tile_c_sk in range(((blockIdx_x + 1) * 4096 // 132 - 1) // 128" in script
-    # stream-K pinned off: one block per tile, as written
+    # without stream-K: one block per tile, as written
     script = lower_to_tir(matmul(128, 8192, 8192, 128, 256, 64, 3, 256), SM90,
                           {"tilex.num_sms": 132, "tilex.stream_k": 0})["main"].script()
     assert "streamk" not in script and 'T.launch_thread("blockIdx.x", 32)' in script

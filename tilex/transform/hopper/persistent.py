@@ -15,7 +15,7 @@ and barrier setup and launch cost are paid once per block instead of once per ti
 When the grid has an even number of block rows (and an even rasterization panel), blocks also run in clusters
 of two on tile pairs that multicast the operand both tiles share (:mod:`.clusters`; ``tilex.persistent_cluster``
 = 4 makes groups of four). Units that do not divide evenly among the workers are shared in segments of their K
-iterations (stream-K, :mod:`.stream_k`) when its cost rule says it pays, or as ``tilex.stream_k`` asks.
+iterations (stream-K, :mod:`.stream_k`) as ``tilex.stream_k`` asks (1, or "auto": when its cost rule says it pays).
 Otherwise: ``base`` is 0 and the attributes are removed (one block per tile, as before), and the kernel may run
 in row clusters along x (``tilex.cluster_size``, :mod:`.clusters`).
 

@@ -1,4 +1,7 @@
-"""Stream-K for PersistentTiles: when a cost rule says it pays (`stream_k_pays`), or as ``tilex.stream_k`` asks.
+"""Stream-K for PersistentTiles, opt-in: ``tilex.stream_k`` = 1 always, ``"auto"`` when a cost rule says it pays
+(`stream_k_pays`). Not on by default: the partial sums live in static device arrays (src/tilex/stream_k.h) that
+stream-K kernels of one size share, so two running at once on different streams could mix their sums; a
+per-launch workspace would lift that.
 
 Consumes: the consumer statements of a warp-specialized kernel that PersistentTiles makes persistent (one of them
 holds the pipeline loop, whose ``tilex.ws_pipeline_lo`` / ``_hi`` attributes let it run any segment ``[lo, hi)``
@@ -11,7 +14,7 @@ holding a unit's first iteration owns it; the others leave fp32 partial accumula
 a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's
 global writes, while the shared-memory steps stay unconditional so the barriers between them do too.
 
-Whether it pays (``tilex.stream_k`` unset): a worker runs ``ceil(units / workers)`` units' iterations without
+Whether it pays (``tilex.stream_k="auto"``): a worker runs ``ceil(units / workers)`` units' iterations without
 stream-K, ``units // workers`` whole units plus an equal share of the rest with it, plus a fixup: a shared unit
 is cut into ``workers / rest`` segments, each of whose partial sums goes out to L2 and comes back to the owner,
 costing ``2 x accumulator bytes / bytes one iteration loads`` iterations, plus FIXUP_ITERATIONS for the flags.
@@ -136,11 +139,11 @@ def _uses_buffer(stmt, buf):
 def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, n, iteration_bytes=0):
     """The :class:`StreamKPlan` for the consumer statements `consumer_items` (`loop_at`: the indices of those
     holding the pipeline loop, of trip count `n`, each iteration loading `iteration_bytes`), or None when stream-K
-    does not apply: off (``tilex.stream_k`` = 0, or unset and `stream_k_pays` says no), units split evenly
+    does not apply: off (``tilex.stream_k`` unset or 0, or "auto" and `stream_k_pays` says no), units split evenly
     already, a trip count that is not static, or not exactly one fp32 accumulator (a local buffer the K loop and
     the statements after it both use)."""
-    asked = config.get("stream_k", None)
-    if (asked is not None and not int(asked)) or not hasattr(n, "value"):
+    asked = str(config.get("stream_k", 0))
+    if asked not in ("1", "auto") or not hasattr(n, "value"):
         return None
     if isinstance(units, int) and units % workers == 0:
         return None  # (a symbolic unit count may divide evenly at run time: its segment loop is then empty)
@@ -151,7 +154,7 @@ def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, 
     acc = [b for b in after if _uses_buffer(consumer_items[at], b)]
     if len(acc) != 1 or str(acc[0].dtype) != "float32" or (buffer_bits(acc[0]) // 32) % 4:
         return None
-    if asked is None and not (isinstance(units, int) and stream_k_pays(
+    if asked == "auto" and not (isinstance(units, int) and stream_k_pays(
             units, workers, int(n.value), buffer_bits(acc[0]) * threads // 8, iteration_bytes)):
         return None
     return StreamKPlan(int(n.value), acc[0], threads, thread_var)
