@@ -33,7 +33,9 @@ def test_a_whole_tile_is_staged_when_it_fits_beside_the_stages():
 def test_column_blocks_keep_two_blocks_per_multiprocessor():
     # 128x128x64, 3 stages: 96 KB; a whole 32 KB C tile would leave one block per multiprocessor, 64 columns
     # (16 KB) keep two
-    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=128, bk=64, threads=128))
+    # (the block as written: CoarsenBlocks would make it 128x256)
+    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=128, bk=64, threads=128),
+                 **{"tilex.disable_block_coarsening": True})
     assert _staged(f) == ["C_l -> C: through shared tile C_l_stage (128 x 64), stored by TMA in 2 block(s)"]
     script = f.script()
     assert "for epi_j in T.unroll(2)" in script

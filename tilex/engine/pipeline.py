@@ -3,6 +3,7 @@
     T.prim_func (tile ops, T.Parallel, T.Pipelined)
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
       -> RegisterOperand           (opt in) a tile one T.Parallel writes for one T.gemm -> the MMA's register operand
+      -> CoarsenBlocks             (sm90) a one-warpgroup 128 x N<=128 GEMM block runs with its neighbour as 128 x 2N
       -> InjectSoftwarePipeline    multi-buffered shared tiles; cp.async pipeline, explicit schedule, or (sm90)
                                    TMA producer / wgmma consumer loops (transform/pipeline/, transform/hopper/)
       -> StageEpilogue             (sm90, warp-specialized) fragment -> global epilogue copies through a swizzled
@@ -39,6 +40,7 @@ from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
 from tilex.transform.hopper.warp_specialize import warp_specialize
+from tilex.transform.coarsen_blocks import coarsen_blocks
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.rasterization import choose_rasterization
@@ -76,6 +78,7 @@ def is_user_error(exc: BaseException) -> bool:
 def _tile_passes(func, target):
     func = canonicalize(func)
     func = register_operand(func, target)
+    func = coarsen_blocks(func, target)
     func = stage_through_shared(func, target)
     func = inject_pipeline(func, target)
     func = stage_epilogue(func, target)

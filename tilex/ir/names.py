@@ -39,6 +39,8 @@ LAYOUT_CONVERSIONS_ATTR = "tilex.layout_conversions"
 #: function attribute, notes (list of str) on the fragment -> global epilogue copies transform.stage_epilogue
 #: staged through shared memory and TMA stores; tests and users read it.
 STAGED_EPILOGUES_ATTR = "tilex.staged_epilogues"
+#: function attribute, a note (str) on the blocks transform.coarsen_blocks merged; tests and users read it.
+COARSENED_BLOCKS_ATTR = "tilex.coarsened_blocks"
 #: function attribute, a note (str) on the rasterization panel transform.rasterization chose for a kernel without
 #: T.use_swizzle; tests and users read it.
 RASTERIZATION_ATTR = "tilex.rasterization"

@@ -1,0 +1,221 @@
+"""CoarsenBlocks (tile level, first after RegisterOperand): a one-warpgroup GEMM block of 128 x N <= 128 output
+runs with its right-hand neighbour as one block of two warpgroups and twice the columns.
+
+Consumes: a tile program on an sm90 target that warp-specializes, launched on a static ``bx x by`` grid with 128
+threads, whose statements are tile copies, fills and one ``T.gemm`` (in loops, T.Pipelined included) and read no
+thread index; the gemm's accumulator is ``(128, n)``, n <= 128; every operand that depends on ``bx`` does so in one
+dimension, as ``... + bx * n`` over an extent of n, and the shared tiles and fragments those operands meet (B's
+tile, the accumulator) are used whole in that dimension.
+Produces: the same computation on ``ceil(bx / 2)`` blocks of 256 threads: ``bx`` becomes ``2 * bx'``, those
+tiles and fragments and the operands' extents double in that dimension (B's tile is ``(k, 2n)``, the accumulator
+``(128, 2n)``). The function attribute ``tilex.coarsened_blocks`` says so. Nothing else changes: the gemm, the
+pipeline and the epilogue are chosen for the wider tile by the passes after.
+
+Why: a warpgroup computing 128 x 128 issues two m64n128 wgmmas per k step, each reading B from shared memory;
+with the TMA writes that is more shared-memory traffic per MAC than the SM delivers (benchmarks/README.md, issue 18).
+Two warpgroups splitting a 128 x 256 tile by rows (m64n256) read B once each for twice the work. Measured on the
+H100, fp16, 128x128x64 tiles as written / coarsened: 4096^3 0.840 / 0.905, 8192^3 0.824 / 0.967,
+4096 x 28672 x 8192 0.797 / 0.959.
+
+When: only if the coarsened grid still gives every multiprocessor a block (``ceil(bx / 2) * by >= SMs``), the K
+step is at least MIN_K_BITS, and not with ``tilex.disable_block_coarsening`` (which pins the block the program
+wrote).
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import tirx
+from tvm.ir import Op
+
+from tilex import config, env
+from tilex.ir.hardware import num_sms
+from tilex.ir.names import COARSENED_BLOCKS_ATTR, REGION_OP
+from tilex.ir.visit import free_vars, map_nodes, substitute, walk
+from tilex.op.base import is_global
+from tilex.op.copy import CopyOp
+from tilex.op.fill import FillOp
+from tilex.op.gemm import GemmOp
+from tilex.op.region import Region
+from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
+from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
+from tilex.transform.op_collect import collect_tile_ops
+
+#: The block this pass coarsens: one warpgroup on 128 rows.
+THREADS, ROWS = 128, 128
+#: Shortest K step (bits of A's row per pipeline stage) worth coarsening: one 128-byte swizzle row. A shorter step
+#: (128x128x32 fp16) keeps its two blocks per multiprocessor, whose six stages hide the loads better than the
+#: coarsened block's three (measured 0.71-0.75 of cuBLAS as written, 0.68-0.73 coarsened).
+MIN_K_BITS = 128 * 8
+
+
+def coarsen_blocks(func, target):
+    """The pass (see the module docstring); `func` unchanged when it does not apply."""
+    if config.get("disable_block_coarsening", False) or target is None \
+            or not target_allows_warp_specialization(target):
+        return func
+    plan = _plan(func, target)
+    if plan is None:
+        return func
+    bx, widen, chain = plan
+    return _rewrite(func, bx, widen, chain)
+
+
+def _plan(func, target):
+    """(the bx var, {buffer: dimension to double}, the launch chain) or None."""
+    info = kernel_info(func)
+    chain = outer_launch_chain(func.body)
+    if info is None or chain is None or info.threads != THREADS:
+        return None
+    tags = {a.node.thread_tag: a for a in chain}
+    if set(tags) != {"blockIdx.x", "blockIdx.y", "threadIdx.x"} \
+            or not all(isinstance(a.value, tirx.IntImm) for a in tags.values()):
+        return None
+    gx, gy = int(tags["blockIdx.x"].value.value), int(tags["blockIdx.y"].value.value)
+    arch = env.target_arch(target)
+    if (gx + 1) // 2 * gy < int(config.get("num_sms", 0) or num_sms(arch)):
+        return None
+    inner = chain[-1].body
+    if info.thread_var in _vars_in(inner) or _has_stores(inner):
+        return None
+    ops = [op for _, op in collect_tile_ops(inner)]
+    if not all(isinstance(op, (CopyOp, FillOp, GemmOp)) for op in ops):
+        return None
+    gemms = [op for op in ops if isinstance(op, GemmOp)]
+    if len(gemms) != 1 or gemms[0].swapped or gemms[0].trans_a:
+        return None
+    g = gemms[0]
+    if g.M != ROWS or g.N > 128 or g.K * tvm.DataType(str(g.A.buffer.dtype)).bits < MIN_K_BITS:
+        return None
+    n = g.N
+    bx = tags["blockIdx.x"].node.var
+    widen = {g.C.buffer: 1, g.B.buffer: 0 if g.trans_b else 1}
+    for op in ops:
+        if isinstance(op, CopyOp) and not _copy_ok(op, bx, n, widen):
+            return None
+    # every region over a widened buffer covers its doubled dimension whole; regions elsewhere do not see bx
+    for region in _regions(inner):
+        if region.buffer in widen:
+            d = widen[region.buffer]
+            if not _covers(region, d) or any(bx in free_vars(m) for m in region.mins):
+                return None
+        elif not is_global(region.buffer) and any(bx in free_vars(m) for m in region.mins):
+            return None
+        elif is_global(region.buffer) and _bx_dim(region, bx, n) is False:
+            return None
+    return bx, widen, chain
+
+
+def _vars_in(stmt):
+    found = set()
+    walk(stmt, (tirx.Var, lambda v: found.add(v)))
+    return found
+
+
+def _has_stores(stmt):
+    """Whether `stmt` writes any buffer element by element (code outside tile operators, which the pass does not
+    widen)."""
+    found = []
+    walk(stmt, (tirx.BufferStore, lambda n: found.append(n)))
+    return bool(found)
+
+
+def _regions(stmt):
+    out = []
+    region_op = Op.get(REGION_OP)
+    walk(stmt, (tvm.ir.Call, lambda c: out.append(Region.from_call(c)) if c.op.same_as(region_op) else None))
+    return out
+
+
+def _covers(region, d):
+    e = region.extents[d]
+    return isinstance(region.mins[d], tirx.IntImm) and int(region.mins[d].value) == 0 \
+        and isinstance(e, tirx.IntImm) and int(e.value) == int(region.buffer.shape[d])
+
+
+def _bx_dim(region, bx, n):
+    """The dimension of a global region that depends on `bx` (None: none), or False when the dependence is not
+    one dimension ``... + bx * n`` over an extent of n."""
+    dims = [d for d, m in enumerate(region.mins) if bx in free_vars(m)]
+    if not dims:
+        return None
+    if len(dims) != 1:
+        return False
+    d = dims[0]
+    e = region.extents[d]
+    if not (isinstance(e, tirx.IntImm) and int(e.value) == n):
+        return False
+    ana = tvm.sym.Analyzer()
+    step = ana.simplify(substitute(region.mins[d], {bx: bx + 1}) - region.mins[d])
+    return d if isinstance(step, tirx.IntImm) and int(step.value) == n else False
+
+
+def _copy_ok(op, bx, n, widen):
+    """A copy between a global region and a local buffer: its bx dimension is the local buffer's widened one."""
+    if not is_global(op.src.buffer) and not is_global(op.dst.buffer):
+        return widen.get(op.src.buffer) == widen.get(op.dst.buffer)  # both widened the same way, or neither
+    glob, local = (op.src, op.dst) if is_global(op.src.buffer) else (op.dst, op.src)
+    if is_global(local.buffer):
+        return False
+    d = _bx_dim(glob, bx, n)
+    if d is False:
+        return False
+    if d is None:
+        return local.buffer not in widen
+    # the k-th non-unit dimension of the global region is the k-th of the local one
+    g_dims = [i for i, e in enumerate(glob.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
+    l_dims = [i for i, e in enumerate(local.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
+    if d not in g_dims or len(g_dims) != len(l_dims):
+        return False
+    want = l_dims[g_dims.index(d)]
+    return widen.get(local.buffer) == want
+
+
+def _rewrite(func, bx, widen, chain):
+    wide = {}
+    for b, d in widen.items():
+        shape = list(b.shape)
+        shape[d] = shape[d] * 2
+        wide[b] = (tirx.decl_buffer(shape, str(b.dtype), b.name, scope=str(b.scope())), d)
+    region_op = Op.get(REGION_OP)
+
+    def doubled(e):
+        return tirx.const(int(e.value) * 2, "int32")
+
+    def on_call(c):
+        if not c.op.same_as(region_op):
+            return c
+        r = Region.from_call(c)
+        extents = list(r.extents)
+        if r.buffer in wide:
+            buf, d = wide[r.buffer]
+            extents[d] = doubled(extents[d])
+            return Region(buf, list(r.mins), extents).to_call(int(c.args[1].value))
+        if is_global(r.buffer):
+            dims = [d for d, m in enumerate(r.mins) if bx in free_vars(m)]
+            if dims:
+                extents[dims[0]] = doubled(extents[dims[0]])
+                return Region(r.buffer, list(r.mins), extents).to_call(int(c.args[1].value))
+        return c
+
+    def on_alloc(node):
+        return tirx.AllocBuffer(wide[node.buffer][0]) if node.buffer in wide else node
+
+    launch = chain[0]
+    body = map_nodes(chain[-1].body, [(tvm.ir.Call, on_call), (tirx.AllocBuffer, on_alloc)])
+    new_bx = tirx.Var(bx.name, bx.ty.dtype)
+    body = substitute(body, {bx: new_bx * 2})
+    for a in reversed(chain):
+        tag = a.node.thread_tag
+        if tag == "blockIdx.x":
+            gx = (int(a.value.value) + 1) // 2
+            iv = tirx.IterVar(tvm.ir.Range(0, gx), new_bx, a.node.iter_type, tag)
+            body = tirx.AttrStmt(iv, a.attr_key, tirx.const(gx, "int32"), body)
+        elif tag == "threadIdx.x":
+            iv = tirx.IterVar(tvm.ir.Range(0, 2 * THREADS), a.node.var, a.node.iter_type, tag)
+            body = tirx.AttrStmt(iv, a.attr_key, tirx.const(2 * THREADS, "int32"), body)
+        else:
+            body = tirx.AttrStmt(a.node, a.attr_key, a.value, body)
+    body = map_nodes(func.body, (tirx.AttrStmt, lambda x: body if x.same_as(launch) else x), order="pre")
+    note = f"blocks (2 bx, by) and (2 bx + 1, by) run as one block of {2 * THREADS} threads: " + ", ".join(
+        f"{b.name} {list(b.shape)} -> {list(w.shape)}" for b, (w, _) in wide.items())
+    return func.with_body(body).with_attr(COARSENED_BLOCKS_ATTR, note)
