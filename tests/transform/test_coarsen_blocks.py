@@ -17,8 +17,8 @@ def _lowered(func, **cfg):
 
 
 def _note(f):
-    note = f.attrs.get(COARSENED_BLOCKS_ATTR)
-    return None if note is None else str(note)
+    notes = f.attrs.get(COARSENED_BLOCKS_ATTR)
+    return None if notes is None else "; ".join(str(n) for n in notes)
 
 
 def test_two_blocks_become_one_of_two_warpgroups():
@@ -33,9 +33,20 @@ def test_two_blocks_become_one_of_two_warpgroups():
     assert script.count("tilex::wgmma_m64n256k16") == wide.script().count("tilex::wgmma_m64n256k16")
 
 
+def test_a_short_k_step_is_doubled_first():
+    # 128x128x32: two iterations per stage make the K step a 128-byte row, then the blocks pair up
+    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=128, bk=32))
+    assert _note(f) == ("two iterations of the T.Pipelined loop per stage: A_s [128, 32] -> [128, 64], "
+                        "B_s [32, 128] -> [64, 128]; blocks (2 bx, by) and (2 bx + 1, by) run as one block of 256 "
+                        "threads: C_l [128, 128] -> [128, 256], B_s [64, 128] -> [64, 256]")
+    script = f.script()
+    assert "for k in range(T.Sub(64, 0)):" in script  # 64 iterations of K 64 (128 of 32 as written)
+    assert "49152)" in script  # a stage: A 128x64 + B 64x256 halves
+    # a loop too short to fill the doubled ring's stages keeps its step (and then its block)
+    assert _note(_lowered(matmul(4096, 4096, 160, bm=128, bn=128, bk=32))) is None
+
+
 def test_blocks_kept_as_written():
-    # a short K step: two blocks per multiprocessor of the 128x128x32 block hide the loads better
-    assert _note(_lowered(matmul(4096, 4096, 4096, bm=128, bn=128, bk=32))) is None
     # the coarsened grid (4 x 8 blocks) would leave multiprocessors idle
     assert _note(_lowered(matmul(1024, 1024, 1024, bm=128, bn=128, bk=64))) is None
     # already two warpgroups
@@ -70,16 +81,17 @@ def test_programs_with_other_operators_are_left_alone():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("N", [4096, 4224])  # 4224: 33 block columns, the last coarsened block half past N
-def test_coarsened_results(N):
+@pytest.mark.parametrize("N,bk", [(4096, 64), (4224, 64), (4224, 32)])  # 4224: 33 block columns, the last
+# coarsened block half past N; bk 32: two iterations per stage as well
+def test_coarsened_results(N, bk):
     import torch
 
     import tilex
 
-    kernel = tilex.compile(matmul(4096, N, 1024, bm=128, bn=128, bk=64, threads=128))
+    kernel = tilex.compile(matmul(4096, N, 1056, bm=128, bn=128, bk=bk, threads=128))
     assert "wgmma_m64n256k16" in kernel.get_kernel_source()
-    a = torch.randn(4096, 1024, device="cuda", dtype=torch.float16)
-    b = torch.randn(1024, N, device="cuda", dtype=torch.float16)
+    a = torch.randn(4096, 1056, device="cuda", dtype=torch.float16)
+    b = torch.randn(1056, N, device="cuda", dtype=torch.float16)
     c = torch.full((4096, N), float("nan"), device="cuda", dtype=torch.float16)
     kernel(a, b, c)
     torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=5e-2, rtol=1e-2)

@@ -29,7 +29,7 @@ from tvm.ir import Op
 
 from tilex import config, env
 from tilex.ir.hardware import num_sms
-from tilex.ir.names import COARSENED_BLOCKS_ATTR, REGION_OP
+from tilex.ir.names import COARSENED_BLOCKS_ATTR, NUM_STAGES, REGION_OP
 from tilex.ir.visit import free_vars, map_nodes, substitute, walk
 from tilex.op.base import is_global
 from tilex.op.copy import CopyOp
@@ -46,6 +46,10 @@ THREADS, ROWS = 128, 128
 #: (128x128x32 fp16) keeps its two blocks per multiprocessor, whose six stages hide the loads better than the
 #: coarsened block's three (measured 0.71-0.75 of cuBLAS as written, 0.68-0.73 coarsened).
 MIN_K_BITS = 128 * 8
+#: A K step shorter than MIN_K_BITS is doubled (two loop iterations load and multiply as one) up to this.
+MAX_K_BITS = 128 * 8
+#: Most bytes the pipeline's ring may take after coarsening (leaves room for an epilogue tile in 227 KB).
+MAX_RING_BYTES = 160 * 1024
 
 
 def coarsen_blocks(func, target):
@@ -53,26 +57,37 @@ def coarsen_blocks(func, target):
     if config.get("disable_block_coarsening", False) or target is None \
             or not target_allows_warp_specialization(target):
         return func
+    notes = []
+    plan = _k_plan(func)
+    if plan is not None:
+        loop, widen = plan
+        func = _widen(func, loop.loop_var, widen, loop=loop)
+        notes.append(f"two iterations of the T.Pipelined loop per stage: " + _shapes(widen))
     plan = _plan(func, target)
-    if plan is None:
-        return func
-    bx, widen, chain = plan
-    return _rewrite(func, bx, widen, chain)
+    if plan is not None:
+        bx, widen, chain = plan
+        func = _widen(func, bx, widen, chain=chain)
+        notes.append(f"blocks (2 bx, by) and (2 bx + 1, by) run as one block of {2 * THREADS} threads: "
+                     + _shapes(widen))
+    return func.with_attr(COARSENED_BLOCKS_ATTR, notes) if notes else func
 
 
-def _plan(func, target):
-    """(the bx var, {buffer: dimension to double}, the launch chain) or None."""
+def _shapes(widen):
+    out = []
+    for b, d in widen.items():
+        shape = [int(x) for x in b.shape]
+        wide = list(shape)
+        wide[d] *= 2
+        out.append(f"{b.name} {shape} -> {wide}")
+    return ", ".join(out)
+
+
+def _gemm_program(func, one_warpgroup=True):
+    """(kernel info, launch chain, tile ops, the gemm) of a program this pass may rewrite (`one_warpgroup`: a
+    block of THREADS threads on ROWS rows), else None."""
     info = kernel_info(func)
     chain = outer_launch_chain(func.body)
-    if info is None or chain is None or info.threads != THREADS:
-        return None
-    tags = {a.node.thread_tag: a for a in chain}
-    if set(tags) != {"blockIdx.x", "blockIdx.y", "threadIdx.x"} \
-            or not all(isinstance(a.value, tirx.IntImm) for a in tags.values()):
-        return None
-    gx, gy = int(tags["blockIdx.x"].value.value), int(tags["blockIdx.y"].value.value)
-    arch = env.target_arch(target)
-    if (gx + 1) // 2 * gy < int(config.get("num_sms", 0) or num_sms(arch)):
+    if info is None or chain is None or (one_warpgroup and info.threads != THREADS):
         return None
     inner = chain[-1].body
     if info.thread_var in _vars_in(inner) or _has_stores(inner):
@@ -81,28 +96,94 @@ def _plan(func, target):
     if not all(isinstance(op, (CopyOp, FillOp, GemmOp)) for op in ops):
         return None
     gemms = [op for op in ops if isinstance(op, GemmOp)]
-    if len(gemms) != 1 or gemms[0].swapped or gemms[0].trans_a:
+    if len(gemms) != 1 or gemms[0].swapped or gemms[0].trans_a or (one_warpgroup and gemms[0].M != ROWS):
         return None
-    g = gemms[0]
-    if g.M != ROWS or g.N > 128 or g.K * tvm.DataType(str(g.A.buffer.dtype)).bits < MIN_K_BITS:
+    return info, chain, ops, gemms[0]
+
+
+def _k_plan(func):
+    """(the T.Pipelined loop, {buffer: dimension to double}) when the gemm's K step is shorter than MIN_K_BITS,
+    else None: two iterations then load and multiply as one."""
+    found = _gemm_program(func, one_warpgroup=False)
+    if found is None:
         return None
-    n = g.N
+    _, chain, ops, g = found
+    if g.K * tvm.DataType(str(g.A.buffer.dtype)).bits * 2 > MAX_K_BITS or \
+            g.K * tvm.DataType(str(g.A.buffer.dtype)).bits >= MIN_K_BITS:
+        return None
+    loops = []
+    walk(chain[-1].body, (tirx.For, lambda f: loops.append(f) if NUM_STAGES in f.annotations else None))
+    if len(loops) != 1:
+        return None
+    loop = loops[0]
+    if not (isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0 and isinstance(loop.extent, tirx.IntImm)
+            and int(loop.extent.value) >= 2 * int(loop.annotations[NUM_STAGES])):
+        return None
+    k = loop.loop_var
+    widen = {g.A.buffer: 1, g.B.buffer: 1 if g.trans_b else 0}
+    if not _consistent(loop.body, ops, k, g.K, widen):
+        return None
+    # the ring doubles: its stages must still leave room for the rest (an epilogue tile)
+    stages = int(loop.annotations[NUM_STAGES])
+    if 2 * stages * sum(_bytes(b) for b in widen) > MAX_RING_BYTES:
+        return None
+    return loop, widen
+
+
+def _bytes(buf):
+    n = 1
+    for d in buf.shape:
+        n *= int(d)
+    return n * tvm.DataType(str(buf.dtype)).bits // 8
+
+
+def _plan(func, target):
+    """(the bx var, {buffer: dimension to double}, the launch chain) or None."""
+    found = _gemm_program(func)
+    if found is None:
+        return None
+    _, chain, ops, g = found
+    tags = {a.node.thread_tag: a for a in chain}
+    if set(tags) != {"blockIdx.x", "blockIdx.y", "threadIdx.x"} \
+            or not all(isinstance(a.value, tirx.IntImm) for a in tags.values()):
+        return None
+    gx, gy = int(tags["blockIdx.x"].value.value), int(tags["blockIdx.y"].value.value)
+    if (gx + 1) // 2 * gy < int(config.get("num_sms", 0) or num_sms(env.target_arch(target))):
+        return None
+    if g.N > 128 or g.K * tvm.DataType(str(g.A.buffer.dtype)).bits < MIN_K_BITS:
+        return None
     bx = tags["blockIdx.x"].node.var
     widen = {g.C.buffer: 1, g.B.buffer: 0 if g.trans_b else 1}
+    if not _consistent(chain[-1].body, ops, bx, g.N, widen):
+        return None
+    stages = [int(f.annotations[NUM_STAGES]) for f in _pipelined_loops(chain[-1].body)] or [1]
+    if stages[0] * (_bytes(g.A.buffer) + 2 * _bytes(g.B.buffer)) > MAX_RING_BYTES:
+        return None
+    return bx, widen, chain
+
+
+def _pipelined_loops(stmt):
+    loops = []
+    walk(stmt, (tirx.For, lambda f: loops.append(f) if NUM_STAGES in f.annotations else None))
+    return loops
+
+
+def _consistent(stmt, ops, var, n, widen):
+    """Whether every operand that depends on `var` does so as ``... + var * n`` over an extent of n in one
+    dimension, landing in the widened dimension of the tiles in `widen`, and those tiles are used whole there."""
     for op in ops:
-        if isinstance(op, CopyOp) and not _copy_ok(op, bx, n, widen):
-            return None
-    # every region over a widened buffer covers its doubled dimension whole; regions elsewhere do not see bx
-    for region in _regions(inner):
+        if isinstance(op, CopyOp) and not _copy_ok(op, var, n, widen):
+            return False
+    for region in _regions(stmt):
         if region.buffer in widen:
             d = widen[region.buffer]
-            if not _covers(region, d) or any(bx in free_vars(m) for m in region.mins):
-                return None
-        elif not is_global(region.buffer) and any(bx in free_vars(m) for m in region.mins):
-            return None
-        elif is_global(region.buffer) and _bx_dim(region, bx, n) is False:
-            return None
-    return bx, widen, chain
+            if not _covers(region, d) or any(var in free_vars(m) for m in region.mins):
+                return False
+        elif not is_global(region.buffer) and any(var in free_vars(m) for m in region.mins):
+            return False
+        elif is_global(region.buffer) and _bx_dim(region, var, n) is False:
+            return False
+    return True
 
 
 def _vars_in(stmt):
@@ -170,7 +251,10 @@ def _copy_ok(op, bx, n, widen):
     return widen.get(local.buffer) == want
 
 
-def _rewrite(func, bx, widen, chain):
+def _widen(func, var, widen, chain=None, loop=None):
+    """`func` with the tiles of `widen` doubled in their dimension, the operands depending on `var` doubled in
+    theirs, and `var` stepping by two: the launch's block index (`chain`: half the blocks, twice the threads) or
+    the pipelined `loop`'s variable (half the iterations)."""
     wide = {}
     for b, d in widen.items():
         shape = list(b.shape)
@@ -191,7 +275,7 @@ def _rewrite(func, bx, widen, chain):
             extents[d] = doubled(extents[d])
             return Region(buf, list(r.mins), extents).to_call(int(c.args[1].value))
         if is_global(r.buffer):
-            dims = [d for d, m in enumerate(r.mins) if bx in free_vars(m)]
+            dims = [d for d, m in enumerate(r.mins) if var in free_vars(m)]
             if dims:
                 extents[dims[0]] = doubled(extents[dims[0]])
                 return Region(r.buffer, list(r.mins), extents).to_call(int(c.args[1].value))
@@ -200,22 +284,28 @@ def _rewrite(func, bx, widen, chain):
     def on_alloc(node):
         return tirx.AllocBuffer(wide[node.buffer][0]) if node.buffer in wide else node
 
+    new_var = tirx.Var(var.name, var.ty.dtype)
+    if loop is not None:
+        body = substitute(map_nodes(loop.body, [(tvm.ir.Call, on_call)]), {var: new_var * 2})
+        trips = (int(loop.extent.value) + 1) // 2
+        new_loop = tirx.For(new_var, loop.min, tirx.const(trips, "int32"), loop.kind, body, loop.thread_binding,
+                            loop.annotations)
+        out = map_nodes(func.body, [(tirx.For, lambda f: new_loop if f.same_as(loop) else f),
+                                    (tirx.AllocBuffer, on_alloc)], order="pre")
+        return func.with_body(out)
     launch = chain[0]
     body = map_nodes(chain[-1].body, [(tvm.ir.Call, on_call), (tirx.AllocBuffer, on_alloc)])
-    new_bx = tirx.Var(bx.name, bx.ty.dtype)
-    body = substitute(body, {bx: new_bx * 2})
+    body = substitute(body, {var: new_var * 2})
     for a in reversed(chain):
         tag = a.node.thread_tag
         if tag == "blockIdx.x":
             gx = (int(a.value.value) + 1) // 2
-            iv = tirx.IterVar(tvm.ir.Range(0, gx), new_bx, a.node.iter_type, tag)
+            iv = tirx.IterVar(tvm.ir.Range(0, gx), new_var, a.node.iter_type, tag)
             body = tirx.AttrStmt(iv, a.attr_key, tirx.const(gx, "int32"), body)
         elif tag == "threadIdx.x":
             iv = tirx.IterVar(tvm.ir.Range(0, 2 * THREADS), a.node.var, a.node.iter_type, tag)
             body = tirx.AttrStmt(iv, a.attr_key, tirx.const(2 * THREADS, "int32"), body)
         else:
             body = tirx.AttrStmt(a.node, a.attr_key, a.value, body)
-    body = map_nodes(func.body, (tirx.AttrStmt, lambda x: body if x.same_as(launch) else x), order="pre")
-    note = f"blocks (2 bx, by) and (2 bx + 1, by) run as one block of {2 * THREADS} threads: " + ", ".join(
-        f"{b.name} {list(b.shape)} -> {list(w.shape)}" for b, (w, _) in wide.items())
-    return func.with_body(body).with_attr(COARSENED_BLOCKS_ATTR, note)
+    return func.with_body(map_nodes(func.body, (tirx.AttrStmt, lambda x: body if x.same_as(launch) else x),
+                                    order="pre"))
