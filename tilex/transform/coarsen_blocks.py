@@ -17,7 +17,8 @@ Two warpgroups splitting a 128 x 256 tile by rows (m64n256) read B once each for
 H100, fp16, 128x128x64 tiles as written / coarsened: 4096^3 0.840 / 0.905, 8192^3 0.824 / 0.967,
 4096 x 28672 x 8192 0.797 / 0.959.
 
-When: only if the coarsened grid still gives every multiprocessor a block (``ceil(bx / 2) * by >= SMs``), the K
+When: on a warp-specialized TMA pipeline (not with ``tilex.disable_warp_specialized`` / ``disable_tma``; a
+K step only in a loop of 2 or more stages), only if the coarsened grid still gives every multiprocessor a block (``ceil(bx / 2) * by >= SMs``), the K
 step is at least MIN_K_BITS, and not with ``tilex.disable_block_coarsening`` (which pins the block the program
 wrote).
 """
@@ -56,6 +57,9 @@ def coarsen_blocks(func, target):
     """The pass (see the module docstring); `func` unchanged when it does not apply."""
     if config.get("disable_block_coarsening", False) or target is None \
             or not target_allows_warp_specialization(target):
+        return func
+    # measured on warp-specialized TMA pipelines only
+    if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
         return func
     notes = []
     plan = _k_plan(func)
@@ -116,15 +120,15 @@ def _k_plan(func):
     if len(loops) != 1:
         return None
     loop = loops[0]
-    if not (isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0 and isinstance(loop.extent, tirx.IntImm)
-            and int(loop.extent.value) >= 2 * int(loop.annotations[NUM_STAGES])):
+    stages = int(loop.annotations[NUM_STAGES])
+    if stages < 2 or not (isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0
+                          and isinstance(loop.extent, tirx.IntImm) and int(loop.extent.value) >= 2 * stages):
         return None
     k = loop.loop_var
     widen = {g.A.buffer: 1, g.B.buffer: 1 if g.trans_b else 0}
     if not _consistent(loop.body, ops, k, g.K, widen):
         return None
     # the ring doubles: its stages must still leave room for the rest (an epilogue tile)
-    stages = int(loop.annotations[NUM_STAGES])
     if 2 * stages * sum(_bytes(b) for b in widen) > MAX_RING_BYTES:
         return None
     return loop, widen
