@@ -1,26 +1,33 @@
-"""CoarsenBlocks (tile level, first after RegisterOperand): a one-warpgroup GEMM block of 128 x N <= 128 output
-runs with its right-hand neighbour as one block of two warpgroups and twice the columns.
+"""CoarsenBlocks (tile level, first after RegisterOperand): a GEMM's short K step takes two loop iterations per
+pipeline stage, and a one-warpgroup block of 128 x N <= 128 output runs with its right-hand neighbour as one block
+of two warpgroups and twice the columns.
 
-Consumes: a tile program on an sm90 target that warp-specializes, launched on a static ``bx x by`` grid with 128
-threads, whose statements are tile copies, fills and one ``T.gemm`` (in loops, T.Pipelined included) and read no
-thread index; the gemm's accumulator is ``(128, n)``, n <= 128; every operand that depends on ``bx`` does so in one
-dimension, as ``... + bx * n`` over an extent of n, and the shared tiles and fragments those operands meet (B's
-tile, the accumulator) are used whole in that dimension.
-Produces: the same computation on ``ceil(bx / 2)`` blocks of 256 threads: ``bx`` becomes ``2 * bx'``, those
-tiles and fragments and the operands' extents double in that dimension (B's tile is ``(k, 2n)``, the accumulator
-``(128, 2n)``). The function attribute ``tilex.coarsened_blocks`` says so. Nothing else changes: the gemm, the
-pipeline and the epilogue are chosen for the wider tile by the passes after.
+Consumes: a tile program on an sm90 target that warp-specializes, whose statements are tile copies, fills and one
+``T.gemm`` (in loops, T.Pipelined included), writing no element outside them and reading no thread index. A
+variable that steps tiles by their extent, ``... + v * e`` over an extent of e in one dimension of every operand
+depending on it, with the shared tiles and fragments those operands meet used whole in that dimension, can step by
+two: the tiles and the operands double in that dimension (`_widen`). Two such variables:
 
-Why: a warpgroup computing 128 x 128 issues two m64n128 wgmmas per k step, each reading B from shared memory;
-with the TMA writes that is more shared-memory traffic per MAC than the SM delivers (benchmarks/README.md, issue 18).
-Two warpgroups splitting a 128 x 256 tile by rows (m64n256) read B once each for twice the work. Measured on the
-H100, fp16, 128x128x64 tiles as written / coarsened: 4096^3 0.840 / 0.905, 8192^3 0.824 / 0.967,
-4096 x 28672 x 8192 0.797 / 0.959.
+* K step: the T.Pipelined loop's variable (2+ stages, at least twice as many iterations), when a K step of A
+  is shorter than MIN_K_BITS (a 128-byte row): A's and B's tiles double along K, the loop runs half the
+  iterations (an odd count reads one step past K: TMA loads fill it with zeros, which add nothing);
+* block: ``bx`` of a static 2-d grid of 128-thread blocks whose gemm accumulates ``(128, n)``, n <= 128, with a
+  K step of at least MIN_K_BITS: ``bx`` becomes ``2 * bx'`` on ``ceil(bx / 2)`` blocks of 256 threads, B's tile
+  becomes ``(k, 2n)`` and the accumulator ``(128, 2n)``; only if the coarsened grid still gives every
+  multiprocessor a block.
 
-When: on a warp-specialized TMA pipeline (not with ``tilex.disable_warp_specialized`` / ``disable_tma``; a
-K step only in a loop of 2 or more stages), only if the coarsened grid still gives every multiprocessor a block (``ceil(bx / 2) * by >= SMs``), the K
-step is at least MIN_K_BITS, and not with ``tilex.disable_block_coarsening`` (which pins the block the program
-wrote).
+Either way the ring of stages must stay within MAX_RING_BYTES.
+Produces: the program with the same results, in fewer and larger steps; the function attribute
+``tilex.coarsened_blocks`` lists what was doubled. The gemm, the pipeline and the epilogue are then chosen for the
+wider tiles by the passes after. ``tilex.disable_block_coarsening`` pins the program as written; nothing happens
+with ``tilex.disable_warp_specialized`` or ``disable_tma`` (measured on TMA pipelines only).
+
+Why: a warpgroup computing 128 x 128 issues two m64n128 wgmmas per k16, each reading B from shared memory; with
+the TMA writes that is more shared-memory traffic per MAC than the SM delivers (benchmarks/README.md, issue 18). Two
+warpgroups splitting a 128 x 256 tile by rows (m64n256) read B once each for twice the work. A 32-wide K step
+(64-byte rows) pays a barrier round trip per two k16 steps. Measured on the H100, fp16, ratio to cuBLAS:
+128x128x64 as written / coarsened 0.840 / 0.905 (4096^3), 0.824 / 0.967 (8192^3), 0.797 / 0.959
+(4096 x 28672 x 8192); 128x128x32 as written 0.67-0.76, both doubled 0.89-1.01.
 """
 from __future__ import annotations
 
