@@ -6,7 +6,8 @@ import tvm
 from programs import matmul
 from tilex.engine import lower_to_tir
 from tilex.ir.names import STAGED_EPILOGUES_ATTR
-from tilex.transform.hopper.occupancy import CONSUMER_SPARE_REGS, blocks_per_sm, block_footprint, register_budget
+from tilex.ir.shared_memory import block_footprint
+from tilex.transform.hopper.occupancy import CONSUMER_SPARE_REGS, blocks_per_sm, register_budget
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
 SM80 = tvm.target.Target({"kind": "cuda", "arch": "sm_80"})

@@ -31,7 +31,7 @@ from tvm.tirx import compilation_pipeline as cp
 from tilex import config
 from tilex.engine import nvcc  # registers TVM's CUDA compile / post-processing callbacks on import
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
-from tilex.ir.shared_memory import shared_usage
+from tilex.ir.shared_memory import block_footprint, shared_usage
 from tilex.ir.source import backtrace_requested, is_located
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
@@ -133,11 +133,7 @@ def CheckSharedMemory(func, mod, ctx):  # noqa: N802
     arch = compute_capability(target)[0]
     limit = block_shared_memory_limit(arch)
     usage, _ = shared_usage(func.body)
-    sizes = {"shared": usage["static"], "shared.dyn": usage["dynamic"]}
-    static = sizes["shared"]
-    if sizes["shared.dyn"] and static:
-        static = (static + 1023) // 1024 * 1024  # the dynamic part starts on a 1 KB boundary
-    total = static + sizes["shared.dyn"]
+    total = block_footprint(usage["static"], usage["dynamic"])
     if total > limit:
         raise ValueError(f"{SHARED_ERROR} of one block is {total} bytes ({total / 1024:.1f} KB), more than the "
                          f"{limit} bytes an sm_{arch} multiprocessor offers; use fewer pipeline stages or smaller "

@@ -43,3 +43,11 @@ def shared_usage(stmt):
 
     walk(stmt, (tirx.AllocBuffer, on_alloc))
     return usage, unknown
+
+
+def block_footprint(static: int, dynamic: int) -> int:
+    """Shared memory bytes a block takes: its static part, then the dynamic part on a 1024-byte boundary
+    (`tilex.engine.nvcc.align_dynamic_shared`)."""
+    if static and dynamic:
+        static = (static + 1023) // 1024 * 1024
+    return static + dynamic

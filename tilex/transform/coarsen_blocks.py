@@ -8,8 +8,8 @@ variable that steps tiles by their extent, ``... + v * e`` over an extent of e i
 depending on it, with the shared tiles and fragments those operands meet used whole in that dimension, can step by
 two: the tiles and the operands double in that dimension (`_widen`). Two such variables:
 
-* K step: the T.Pipelined loop's variable (2+ stages, at least twice as many iterations), when a K step of A
-  is shorter than MIN_K_BITS (a 128-byte row): A's and B's tiles double along K, the loop runs half the
+* K step: the T.Pipelined loop's variable (2+ stages, at least twice as many iterations), when two K steps of
+  A fit in MIN_K_BITS (a 128-byte row): A's and B's tiles double along K, the loop runs half the
   iterations (an odd count reads one step past K: TMA loads fill it with zeros, which add nothing);
 * block: ``bx`` of a static 2-d grid of 128-thread blocks whose gemm accumulates ``(128, n)``, n <= 128, with a
   K step of at least MIN_K_BITS: ``bx`` becomes ``2 * bx'`` on ``ceil(bx / 2)`` blocks of 256 threads, B's tile
@@ -35,27 +35,27 @@ import tvm
 from tvm import tirx
 from tvm.ir import Op
 
-from tilex import config, env
-from tilex.ir.hardware import num_sms
+from tilex import config
 from tilex.ir.names import COARSENED_BLOCKS_ATTR, NUM_STAGES, REGION_OP
+from tilex.ir.shared_memory import buffer_bytes
 from tilex.ir.visit import free_vars, map_nodes, substitute, walk
 from tilex.op.base import is_global
 from tilex.op.copy import CopyOp
 from tilex.op.fill import FillOp
 from tilex.op.gemm import GemmOp
 from tilex.op.region import Region
+from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
 from tilex.transform.op_collect import collect_tile_ops
 
 #: The block this pass coarsens: one warpgroup on 128 rows.
 THREADS, ROWS = 128, 128
-#: Shortest K step (bits of A's row per pipeline stage) worth coarsening: one 128-byte swizzle row. A shorter step
-#: (128x128x32 fp16) keeps its two blocks per multiprocessor, whose six stages hide the loads better than the
-#: coarsened block's three (measured 0.71-0.75 of cuBLAS as written, 0.68-0.73 coarsened).
+#: The K step (bits of A's row per pipeline stage) a block needs before it is coarsened: one 128-byte swizzle row.
+#: A step of half that is doubled first (two loop iterations per stage). Coarsening the block of a shorter step
+#: alone lost: 128x128x32 fp16 at 0.71-0.75 of cuBLAS as written (two blocks per multiprocessor, six stages between
+#: them), 0.68-0.73 as one 128x256x32 block of three.
 MIN_K_BITS = 128 * 8
-#: A K step shorter than MIN_K_BITS is doubled (two loop iterations load and multiply as one) up to this.
-MAX_K_BITS = 128 * 8
 #: Most bytes the pipeline's ring may take after coarsening (leaves room for an epilogue tile in 227 KB).
 MAX_RING_BYTES = 160 * 1024
 
@@ -73,7 +73,7 @@ def coarsen_blocks(func, target):
     if plan is not None:
         loop, widen = plan
         func = _widen(func, loop.loop_var, widen, loop=loop)
-        notes.append(f"two iterations of the T.Pipelined loop per stage: " + _shapes(widen))
+        notes.append("two iterations of the T.Pipelined loop per stage: " + _shapes(widen))
     plan = _plan(func, target)
     if plan is not None:
         bx, widen, chain = plan
@@ -113,17 +113,15 @@ def _gemm_program(func, one_warpgroup=True):
 
 
 def _k_plan(func):
-    """(the T.Pipelined loop, {buffer: dimension to double}) when the gemm's K step is shorter than MIN_K_BITS,
+    """(the T.Pipelined loop, {buffer: dimension to double}) when two of the gemm's K steps fit in MIN_K_BITS,
     else None: two iterations then load and multiply as one."""
     found = _gemm_program(func, one_warpgroup=False)
     if found is None:
         return None
     _, chain, ops, g = found
-    if g.K * tvm.DataType(str(g.A.buffer.dtype)).bits * 2 > MAX_K_BITS or \
-            g.K * tvm.DataType(str(g.A.buffer.dtype)).bits >= MIN_K_BITS:
+    if 2 * _k_bits(g) > MIN_K_BITS:
         return None
-    loops = []
-    walk(chain[-1].body, (tirx.For, lambda f: loops.append(f) if NUM_STAGES in f.annotations else None))
+    loops = _pipelined_loops(chain[-1].body)
     if len(loops) != 1:
         return None
     loop = loops[0]
@@ -136,16 +134,14 @@ def _k_plan(func):
     if not _consistent(loop.body, ops, k, g.K, widen):
         return None
     # the ring doubles: its stages must still leave room for the rest (an epilogue tile)
-    if 2 * stages * sum(_bytes(b) for b in widen) > MAX_RING_BYTES:
+    if 2 * stages * sum(buffer_bytes(b) for b in widen) > MAX_RING_BYTES:
         return None
     return loop, widen
 
 
-def _bytes(buf):
-    n = 1
-    for d in buf.shape:
-        n *= int(d)
-    return n * tvm.DataType(str(buf.dtype)).bits // 8
+def _k_bits(gemm):
+    """Bits of one row of the gemm's A tile along K: the pipeline's K step."""
+    return gemm.K * tvm.DataType(str(gemm.A.buffer.dtype)).bits
 
 
 def _plan(func, target):
@@ -159,16 +155,16 @@ def _plan(func, target):
             or not all(isinstance(a.value, tirx.IntImm) for a in tags.values()):
         return None
     gx, gy = int(tags["blockIdx.x"].value.value), int(tags["blockIdx.y"].value.value)
-    if (gx + 1) // 2 * gy < int(config.get("num_sms", 0) or num_sms(env.target_arch(target))):
+    if (gx + 1) // 2 * gy < multiprocessors(target):
         return None
-    if g.N > 128 or g.K * tvm.DataType(str(g.A.buffer.dtype)).bits < MIN_K_BITS:
+    if g.N > 128 or _k_bits(g) < MIN_K_BITS:
         return None
     bx = tags["blockIdx.x"].node.var
     widen = {g.C.buffer: 1, g.B.buffer: 0 if g.trans_b else 1}
     if not _consistent(chain[-1].body, ops, bx, g.N, widen):
         return None
     stages = [int(f.annotations[NUM_STAGES]) for f in _pipelined_loops(chain[-1].body)] or [1]
-    if stages[0] * (_bytes(g.A.buffer) + 2 * _bytes(g.B.buffer)) > MAX_RING_BYTES:
+    if stages[0] * (buffer_bytes(g.A.buffer) + 2 * buffer_bytes(g.B.buffer)) > MAX_RING_BYTES:
         return None
     return bx, widen, chain
 
@@ -192,7 +188,7 @@ def _consistent(stmt, ops, var, n, widen):
                 return False
         elif not is_global(region.buffer) and any(var in free_vars(m) for m in region.mins):
             return False
-        elif is_global(region.buffer) and _bx_dim(region, var, n) is False:
+        elif is_global(region.buffer) and _step_dim(region, var, n) is False:
             return False
     return True
 
@@ -224,10 +220,10 @@ def _covers(region, d):
         and isinstance(e, tirx.IntImm) and int(e.value) == int(region.buffer.shape[d])
 
 
-def _bx_dim(region, bx, n):
-    """The dimension of a global region that depends on `bx` (None: none), or False when the dependence is not
-    one dimension ``... + bx * n`` over an extent of n."""
-    dims = [d for d, m in enumerate(region.mins) if bx in free_vars(m)]
+def _step_dim(region, var, n):
+    """The dimension of a global region that depends on `var` (None: none), or False when the dependence is not
+    one dimension ``... + var * n`` over an extent of n."""
+    dims = [d for d, m in enumerate(region.mins) if var in free_vars(m)]
     if not dims:
         return None
     if len(dims) != 1:
@@ -237,18 +233,18 @@ def _bx_dim(region, bx, n):
     if not (isinstance(e, tirx.IntImm) and int(e.value) == n):
         return False
     ana = tvm.sym.Analyzer()
-    step = ana.simplify(substitute(region.mins[d], {bx: bx + 1}) - region.mins[d])
+    step = ana.simplify(substitute(region.mins[d], {var: var + 1}) - region.mins[d])
     return d if isinstance(step, tirx.IntImm) and int(step.value) == n else False
 
 
-def _copy_ok(op, bx, n, widen):
-    """A copy between a global region and a local buffer: its bx dimension is the local buffer's widened one."""
+def _copy_ok(op, var, n, widen):
+    """A copy between a global region and a local buffer: its `var` dimension is the local buffer's widened one."""
     if not is_global(op.src.buffer) and not is_global(op.dst.buffer):
         return widen.get(op.src.buffer) == widen.get(op.dst.buffer)  # both widened the same way, or neither
     glob, local = (op.src, op.dst) if is_global(op.src.buffer) else (op.dst, op.src)
     if is_global(local.buffer):
         return False
-    d = _bx_dim(glob, bx, n)
+    d = _step_dim(glob, var, n)
     if d is False:
         return False
     if d is None:

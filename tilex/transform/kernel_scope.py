@@ -1,9 +1,10 @@
-"""Finding the launch scope of a tile program: the threadIdx binding and the statements inside it."""
+"""The launch scope of a tile program: finding the threadIdx binding and the statements inside it, replacing
+those statements."""
 from __future__ import annotations
 
 from tvm import tirx
 
-from tilex.ir.visit import walk
+from tilex.ir.visit import map_nodes, walk
 
 
 class KernelInfo:
@@ -59,3 +60,11 @@ def launch_chain(attr):
         chain.append(node)
         node = node.body
     return chain
+
+
+def with_launch_items(func, chain, items):
+    """`func` with `items` as the statements directly inside its launch `chain` (from `outer_launch_chain`)."""
+    launch = chain[-1]
+    new_launch = tirx.AttrStmt(launch.node, launch.attr_key, launch.value, tirx.SeqStmt(list(items)))
+    return func.with_body(map_nodes(func.body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(launch) else n),
+                                    order="pre"))

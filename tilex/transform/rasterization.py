@@ -22,14 +22,13 @@ import tvm
 from tvm import tirx
 from tvm.ir import Op
 
-from tilex import config, env
-from tilex.ir.hardware import num_sms
-from tilex.ir.names import RASTERIZATION_ATTR, REGION_OP, USE_SWIZZLE_OP, WS_PRODUCER
-from tilex.ir.visit import free_vars, map_nodes, seq_items, walk
+from tilex.ir.names import RASTERIZATION_ATTR, REGION_OP, USE_SWIZZLE_OP
+from tilex.ir.visit import free_vars, seq_items, walk
 from tilex.op.base import is_global
 from tilex.op.region import READ
-from tilex.transform.hopper.occupancy import tile_program_blocks_per_sm
-from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
+from tilex.transform.hopper.occupancy import multiprocessors, tile_program_blocks_per_sm
+from tilex.transform.hopper.ws_decision import has_ws_producer
+from tilex.transform.kernel_scope import kernel_info, outer_launch_chain, with_launch_items
 from tilex.transform.thread_block_swizzle import find_markers
 
 
@@ -47,22 +46,17 @@ def choose_rasterization(func, target):
     if not a or not b:
         return func
     items = seq_items(chain[-1].body)
-    ws = any(isinstance(s, tirx.AttrStmt) and s.attr_key == WS_PRODUCER for s in items)
-    per_sm = (tile_program_blocks_per_sm(func.body, info.threads) or 1) if ws else 1
-    arch = env.target_arch(target) if target is not None else env.DEFAULT_ARCH
-    wave = int(config.get("num_sms", 0) or num_sms(arch)) * per_sm
+    per_sm = (tile_program_blocks_per_sm(func.body, info.threads) or 1) if has_ws_producer(items) else 1
+    wave = multiprocessors(target) * per_sm
     if gx * gy <= wave:
         return func
     panel = max(2, 2 * round(math.sqrt(wave * b / a) / 2))
     if panel >= gy:
         return func
     marker = tirx.Evaluate(tirx.call_intrin("void", USE_SWIZZLE_OP, panel, 0))
-    launch = chain[-1]
-    new_launch = tirx.AttrStmt(launch.node, launch.attr_key, launch.value, tirx.SeqStmt([marker] + items))
-    body = map_nodes(func.body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(launch) else n), order="pre")
     note = (f"panel {panel} (row): {wave} blocks at once read {a} bytes per grid row and {b} per grid column "
             f"of a {gx} x {gy} grid")
-    return func.with_body(body).with_attr(RASTERIZATION_ATTR, note)
+    return with_launch_items(func, chain, [marker] + items).with_attr(RASTERIZATION_ATTR, note)
 
 
 def _bytes_by_axis(body, bx, by):

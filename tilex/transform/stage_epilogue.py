@@ -24,14 +24,15 @@ from tvm import tirx
 
 from tilex import config
 from tilex.ir.hardware import TMA_STORE, supports
-from tilex.ir.names import STAGED_EPILOGUES_ATTR, WS_PRODUCER
-from tilex.ir.shared_memory import buffer_bits, shared_usage
-from tilex.ir.visit import is_op_call, map_nodes, seq_items
+from tilex.ir.names import STAGED_EPILOGUES_ATTR
+from tilex.ir.shared_memory import buffer_bytes, shared_usage
+from tilex.ir.visit import is_op_call, seq_items
 from tilex.op.base import is_fragment, is_global
-from tilex.op.copy import CopyOp
-from tilex.op.region import READ, WRITE, Region
+from tilex.op.copy import CopyOp, copy_call
+from tilex.op.region import Region
 from tilex.transform.hopper.occupancy import blocks_per_sm, fits_block, local_words
-from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
+from tilex.transform.hopper.ws_decision import has_ws_producer
+from tilex.transform.kernel_scope import kernel_info, outer_launch_chain, with_launch_items
 
 #: Narrowest staged block, in bytes per row (one 64-byte swizzle span: narrower blocks cost a TMA store each for
 #: little data).
@@ -47,7 +48,7 @@ def stage_epilogue(func, target):
     if info is None or chain is None:
         return func
     items = seq_items(chain[-1].body)
-    if not any(isinstance(s, tirx.AttrStmt) and s.attr_key == WS_PRODUCER for s in items):
+    if not has_ws_producer(items):
         return func
     usage, unknown = shared_usage(func.body)
     if unknown:
@@ -66,7 +67,7 @@ def stage_epilogue(func, target):
         rows, cols = [int(e) for e in op.src.buffer.shape]
         stage = tirx.decl_buffer((rows, width), str(op.dst.buffer.dtype), f"{op.src.buffer.name}_stage",
                                  scope="shared.dyn")
-        dynamic += _bytes(stage)
+        dynamic += buffer_bytes(stage)
         plans[i] = (stage, _staged(op, stage, width))
         notes.append(f"{op.src.buffer.name} -> {op.dst.buffer.name}: through shared tile {stage.name} "
                      f"({rows} x {width}), stored by TMA in {cols // width} block(s)")
@@ -75,14 +76,7 @@ def stage_epilogue(func, target):
     # the tiles are allocated with the kernel's other buffers, ahead of its statements
     allocs = [tirx.AllocBuffer(stage) for stage, _ in plans.values()]
     new_items = allocs + [plans[i][1] if i in plans else s for i, s in enumerate(items)]
-    launch = chain[-1]
-    new_launch = tirx.AttrStmt(launch.node, launch.attr_key, launch.value, tirx.SeqStmt(new_items))
-    body = map_nodes(func.body, (tirx.AttrStmt, lambda n: new_launch if n.same_as(launch) else n), order="pre")
-    return func.with_body(body).with_attr(STAGED_EPILOGUES_ATTR, notes)
-
-
-def _bytes(buf):
-    return (buffer_bits(buf) + 7) // 8
+    return with_launch_items(func, chain, new_items).with_attr(STAGED_EPILOGUES_ATTR, notes)
 
 
 def _epilogue_copy(stmt, target):
@@ -135,13 +129,10 @@ def _staged(op, stage, width):
     def copies(j):
         frag = Region(op.src.buffer, [0, j * width], [rows, width])
         out = Region(op.dst.buffer, [r0, c0 + j * width], [rows, width])
-        return tirx.SeqStmt([_copy(frag, Region.full(stage)), _copy(Region.full(stage), out)])
+        return tirx.SeqStmt([tirx.Evaluate(copy_call(frag, Region.full(stage))),
+                             tirx.Evaluate(copy_call(Region.full(stage), out))])
 
     if width == cols:
         return copies(0)
     j = tirx.Var("epi_j", "int32")
     return tirx.For(j, 0, cols // width, tirx.ForKind.UNROLLED, copies(j))
-
-
-def _copy(src, dst):
-    return tirx.Evaluate(tirx.call_intrin("handle", "tilex.copy", src.to_call(READ), dst.to_call(WRITE), 0))

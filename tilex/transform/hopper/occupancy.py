@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from tvm import tirx
 
+from tilex import config, env
 from tilex.ir.hardware import (REGS_PER_SM, SMEM_PER_SM, SMEM_RESERVED_PER_BLOCK, block_shared_memory_limit,
-                               compute_capability)
-from tilex.ir.shared_memory import buffer_bits, shared_usage
+                               compute_capability, num_sms)
+from tilex.ir.shared_memory import block_footprint, buffer_bits, shared_usage
 from tilex.ir.visit import walk
 
 #: Registers the producer warpgroup keeps after ``setmaxnreg.dec``.
@@ -23,12 +24,11 @@ CONSUMER_SPARE_REGS = 64
 MAX_CONSUMER_REGS = 240
 
 
-def block_footprint(static: int, dynamic: int) -> int:
-    """Shared memory bytes a block takes: its static part, then the dynamic part on a 1024-byte boundary
-    (`tilex.engine.nvcc.align_dynamic_shared`)."""
-    if static and dynamic:
-        static = (static + 1023) // 1024 * 1024
-    return static + dynamic
+def multiprocessors(target) -> int:
+    """The multiprocessors a grid is planned for: ``tilex.num_sms``, else the target arch's count (the default
+    arch's without a target)."""
+    arch = env.target_arch(target) if target is not None else env.DEFAULT_ARCH
+    return int(config.get("num_sms", 0) or num_sms(arch))
 
 
 def fits_block(static: int, dynamic: int, target) -> bool:

@@ -37,10 +37,11 @@ from tvm import tirx
 
 from tilex import config, env
 from tilex.ir import intrin
-from tilex.ir.hardware import CLUSTERS, TMA_MULTICAST, num_sms, supports
+from tilex.ir.hardware import CLUSTERS, TMA_MULTICAST, supports
 from tilex.ir.names import WS_PIPELINE_BASE, WS_PIPELINE_HI, WS_PIPELINE_LO
 from tilex.ir.visit import free_vars, map_nodes, seq_items, substitute, walk
 from tilex.transform.hopper import clusters
+from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.roles import is_role_split
 from tilex.transform.hopper.stream_k import StreamKPlan, Workers, segment_loop, stream_k_plan
 from tilex.transform.kernel_scope import outer_launch_chain
@@ -142,8 +143,7 @@ def _plan(func, attrs, target):
     block_vars = {tags[t].node.var for t in ("blockIdx.x", "blockIdx.y") if t in tags}
     if any(free_vars(a.value) & block_vars for a in attrs):
         return None
-    sms = int(config.get("num_sms", 0) or num_sms(_arch(target)))
-    slots = sms * _blocks_per_sm(func.body)
+    slots = multiprocessors(target) * _blocks_per_sm(func.body)
     symbolic = not isinstance(extents["blockIdx.y"], int)
     tiles = extents["blockIdx.x"] * extents["blockIdx.y"]
     # a grid of one wave or less goes persistent only to share its tiles' K iterations among every slot (stream-K)

@@ -19,10 +19,10 @@ from tvm import tirx
 
 from tilex.ir import intrin
 from tilex.ir.names import WS_CONSUMER, WS_INIT, WS_PRODUCER
-from tilex.ir.shared_memory import buffer_bits, buffer_bytes
+from tilex.ir.shared_memory import block_footprint, buffer_bits, buffer_bytes
 from tilex.ir.visit import BufferLoadNode, load_buffer, map_nodes, seq_items, storage_sync, walk
 from tilex.op.base import TileOpError
-from tilex.transform.hopper.occupancy import PRODUCER_REGS, block_footprint, register_budget
+from tilex.transform.hopper.occupancy import PRODUCER_REGS, register_budget
 from tilex.transform.hopper.ws_decision import kernel_scalars, resolve_scalars
 from tilex.transform.kernel_scope import kernel_info
 
@@ -30,7 +30,7 @@ __all__ = ["register_budget", "warp_specialize"]
 
 
 def _shared_bytes(allocs):
-    """The block's shared memory footprint (`occupancy.block_footprint`)."""
+    """The block's shared memory footprint (`tilex.ir.shared_memory.block_footprint`)."""
     def total(scope):
         return sum(buffer_bytes(a.buffer) for a in allocs if a.buffer.scope() == scope)
 

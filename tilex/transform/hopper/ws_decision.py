@@ -17,7 +17,7 @@ from tvm import tirx
 
 from tilex import config
 from tilex.ir.hardware import MBARRIER_TX, SETMAXNREG, TMA_LOAD, WGMMA, supports
-from tilex.ir.names import REGION_OP
+from tilex.ir.names import REGION_OP, WS_PRODUCER
 from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, seq_items, walk
 from tilex.op.region import WRITE
 from tilex.op.tma_load import tma_eligible
@@ -55,6 +55,12 @@ def kernel_items(root):
     while isinstance(node, tirx.AttrStmt):
         node = node.body
     return seq_items(node)
+
+
+def has_ws_producer(items) -> bool:
+    """Whether InjectSoftwarePipeline built a warp-specialized loop among the kernel statements `items` (its
+    ``tilex.ws_producer`` region)."""
+    return any(isinstance(s, tirx.AttrStmt) and s.attr_key == WS_PRODUCER for s in items)
 
 
 def kernel_scalars(kernel_body, items):
