@@ -9,7 +9,6 @@ import argparse
 import os
 
 import tilex
-import tilex.language as T
 from tilex.kernels.gemm import matmul, matmul_splitk, matmul_swap_ab
 
 CONFIGS = [  # (bm, bn, bk, stages, threads, swizzle panel[, split-K slices (-1: swap A/B)[, C staged in shared
@@ -42,22 +41,9 @@ ALL_SHAPES = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x
 
 
 def plain_program(M, N, K, dtype, bm, bn, bk, threads, stages=3, panel=10):
-    """C = A @ B as TileLang's GEMM example writes it, no tilex-specific choices."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), dtype)):
-        with T.Kernel(T.ceildiv(N, bn), T.ceildiv(M, bm), threads=threads) as (bx, by):
-            A_s = T.alloc_shared((bm, bk), dtype)
-            B_s = T.alloc_shared((bk, bn), dtype)
-            C_l = T.alloc_fragment((bm, bn), "float32")
-            T.use_swizzle(panel_size=panel)
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, bk), num_stages=stages):
-                T.copy(A[by * bm, k * bk], A_s)
-                T.copy(B[k * bk, bx * bn], B_s)
-                T.gemm(A_s, B_s, C_l)
-            T.copy(C_l, C[by * bm, bx * bn])
-
-    return main
+    """C = A @ B as TileLang's GEMM example writes it, no tilex-specific choices: `matmul` with its default
+    epilogue (``T.copy(C_l, C[...])``) and ``T.use_swizzle(panel)``."""
+    return matmul(M, N, K, bm, bn, bk, stages, threads, dtype=dtype, swizzle=panel)
 
 
 def program(M, N, K, dtype, cfg):
