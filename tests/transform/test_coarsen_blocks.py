@@ -56,10 +56,13 @@ def test_blocks_kept_as_written():
                           **{"tilex.disable_block_coarsening": True})) is None
 
 
-def _with_bias(M, N, K):
-    """The plain GEMM plus an element-wise epilogue (a T.Parallel loop): code the pass does not widen."""
+def _epilogue(M, N, K, kind):
+    """The plain GEMM with an element-wise epilogue in a T.Parallel nest: `kind` "relu" (on the accumulator, then
+    a tile copy out), "bias_store" (a bias read from global memory and a bounds-checked store to C), "reversed"
+    (the accumulator's columns read back to front), "block_sum" (a nest that uses bx without touching a tile)."""
     @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Bias: T.Tensor((N,), "float16"),
+             C: T.Tensor((M, N), "float16")):
         with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
             A_s = T.alloc_shared((128, 64), "float16")
             B_s = T.alloc_shared((64, 128), "float16")
@@ -69,15 +72,73 @@ def _with_bias(M, N, K):
                 T.copy(A[by * 128, k * 64], A_s)
                 T.copy(B[k * 64, bx * 128], B_s)
                 T.gemm(A_s, B_s, C_l)
-            for i, j in T.Parallel(128, 128):
-                C_l[i, j] = T.max(C_l[i, j], 0.0)
-            T.copy(C_l, C[by * 128, bx * 128])
+            if kind == "relu":
+                for i, j in T.Parallel(128, 128):
+                    C_l[i, j] = T.max(C_l[i, j], 0.0)
+                T.copy(C_l, C[by * 128, bx * 128])
+            elif kind == "bias_store":
+                for i, j in T.Parallel(128, 128):
+                    if by * 128 + i < M and bx * 128 + j < N:
+                        C[by * 128 + i, bx * 128 + j] = C_l[i, j] + Bias[bx * 128 + j]
+            elif kind == "reversed":
+                for i, j in T.Parallel(128, 128):
+                    C[by * 128 + i, bx * 128 + j] = C_l[i, 127 - j]
+            else:
+                for i in T.Parallel(128):
+                    C_l[i, 0] = C_l[i, 0] + T.Cast("float32", bx)
+                T.copy(C_l, C[by * 128, bx * 128])
 
     return main
 
 
-def test_programs_with_other_operators_are_left_alone():
-    assert _note(_lowered(_with_bias(4096, 4096, 4096))) is None
+def _coarsened(f):
+    """The program after RegisterOperand and CoarsenBlocks only."""
+    from tilex import config
+    from tilex.transform.coarsen_blocks import coarsen_blocks
+    from tilex.transform.register_operand import register_operand
+
+    with config.scope(PIN):
+        return coarsen_blocks(register_operand(f, SM90), SM90)
+
+
+def _nest(f):
+    """The T.Parallel nest of the program after CoarsenBlocks, as TVMScript."""
+    script = _coarsened(f).script()
+    at = script.index("T.parallel")
+    return script[at:script.index("T.tilex_copy", at) if "T.tilex_copy" in script[at:] else len(script)]
+
+
+def test_element_wise_epilogues_double_with_the_block():
+    f = _lowered(_epilogue(4096, 4096, 4096, "relu"))
+    assert _note(f) == ("blocks (2 bx, by) and (2 bx + 1, by) run as one block of 256 threads: "
+                        "C_l [128, 128] -> [128, 256], B_s [64, 128] -> [64, 256]")
+    assert "tilex::wgmma_m64n256k16" in f.script()
+    # the nest runs over the doubled columns; a column j is column j % 128 of block 2 bx + j // 128, which the
+    # global indices fold back into bx * 256 + j
+    nest = _nest(_epilogue(4096, 4224, 4096, "bias_store"))
+    assert "for j in T.parallel(256):" in nest
+    assert "C[by * 128 + i, bx * 256 + j]" in nest and "Bias[bx * 256 + j]" in nest
+    assert "bx * 2 + j // 128 < 33" in nest  # bx * 128 + j < 4224 of the original block
+
+
+def test_a_bias_tile_copied_per_block_doubles_too():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from gemm_epilogue import gemm_bias_act_kernel
+
+    f = _lowered(gemm_bias_act_kernel(4096, 4096, 4096, "gelu"))
+    assert _note(f).endswith("C_l [128, 128] -> [128, 256], B_s [64, 128] -> [64, 256], bias [128] -> [256]")
+
+
+def test_epilogues_that_cannot_double_keep_the_block():
+    # (the pass alone: the first program is one the layout passes refuse anyway, the accumulator read across threads)
+    # the columns read back to front: column j of the wide tile is not column j of either block
+    assert _note(_coarsened(_epilogue(4096, 4096, 4096, "reversed"))) is None
+    # a nest that uses bx but no tile of the block's columns would lose which block it runs for
+    assert _note(_coarsened(_epilogue(4096, 4096, 4096, "block_sum"))) is None
+    assert _note(_coarsened(_epilogue(4096, 4096, 4096, "relu"))) is not None  # (the check above can fail)
 
 
 @pytest.mark.gpu
@@ -95,3 +156,59 @@ def test_coarsened_results(N, bk):
     c = torch.full((4096, N), float("nan"), device="cuda", dtype=torch.float16)
     kernel(a, b, c)
     torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=5e-2, rtol=1e-2)
+
+
+def _mirrored_store(M, N, K):
+    """An epilogue that writes each block's columns back to front (column bx * 128 + 127 - j): the coarsened nest
+    must still send every column to its own block's place."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 64), "float16")
+            B_s = T.alloc_shared((64, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
+                T.copy(A[by * 128, k * 64], A_s)
+                T.copy(B[k * 64, bx * 128], B_s)
+                T.gemm(A_s, B_s, C_l)
+            for i, j in T.Parallel(128, 128):
+                C[by * 128 + i, bx * 128 + 127 - j] = C_l[i, j]
+
+    return main
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["relu", "bias_store", "gelu_example", "mirrored"])
+def test_coarsened_epilogue_results(kind):
+    import sys
+    from pathlib import Path
+
+    import torch
+
+    import tilex
+
+    M, N, K = 2048, 4224, 1024  # 33 block columns: the last coarsened block is half past N
+    a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    bias = torch.randn(N, device="cuda", dtype=torch.float16)
+    c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
+    ref = a.float() @ b.float()
+    if kind == "gelu_example":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+        from gemm_epilogue import gemm_bias_act_kernel, reference
+
+        kernel = tilex.compile(gemm_bias_act_kernel(M, N, K, "gelu"))
+        kernel(a, b, bias, c)
+        ref = reference(a, b, bias, "gelu")
+    elif kind == "mirrored":
+        kernel = tilex.compile(_mirrored_store(M, N - 128, K))  # (whole blocks: the mirror of a ragged one is not)
+        c = c[:, :N - 128].contiguous()
+        kernel(a, b[:, :N - 128].contiguous(), c)
+        ref = ref[:, :N - 128].reshape(M, -1, 128).flip(-1).reshape(M, -1)
+    else:
+        kernel = tilex.compile(_epilogue(M, N, K, kind))
+        kernel(a, b, bias, c)
+        ref = ref.clamp_min(0) if kind == "relu" else ref + bias.float()
+    assert "wgmma_m64n256k16" in kernel.get_kernel_source()
+    torch.testing.assert_close(c.float(), ref, atol=5e-2, rtol=1e-2)

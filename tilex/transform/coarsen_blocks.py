@@ -2,8 +2,9 @@
 pipeline stage, and a one-warpgroup block of 128 x N <= 128 output runs with its right-hand neighbour as one block
 of two warpgroups and twice the columns.
 
-Consumes: a tile program on an sm90 target that warp-specializes, whose statements are tile copies, fills and one
-``T.gemm`` (in loops, T.Pipelined included), writing no element outside them and reading no thread index. A
+Consumes: a tile program on an sm90 target that warp-specializes, whose statements are tile copies, fills, one
+``T.gemm`` (in loops, T.Pipelined included) and T.Parallel nests (an element-wise epilogue), writing no element
+outside those nests and reading no thread index. A
 variable that steps tiles by their extent, ``... + v * e`` over an extent of e in one dimension of every operand
 depending on it, with the shared tiles and fragments those operands meet used whole in that dimension, can step by
 two: the tiles and the operands double in that dimension (`_widen`). Two such variables:
@@ -14,7 +15,12 @@ two: the tiles and the operands double in that dimension (`_widen`). Two such va
 * block: ``bx`` of a static 2-d grid of 128-thread blocks whose gemm accumulates ``(128, n)``, n <= 128, with a
   K step of at least MIN_K_BITS: ``bx`` becomes ``2 * bx'`` on ``ceil(bx / 2)`` blocks of 256 threads, B's tile
   becomes ``(k, 2n)`` and the accumulator ``(128, 2n)``; only if the coarsened grid still gives every
-  multiprocessor a block.
+  multiprocessor a block. A tile a copy fills from a global region stepping by ``bx`` (a bias vector) doubles
+  too, and each T.Parallel nest runs its column loop over 2n: column c is column ``c % n`` of block
+  ``2 bx' + c // n``, substituted exactly into the nest (a doubled tile takes c itself) and simplified, so
+  ``bx * n + j`` becomes ``bx' * 2n + c``. A nest whose doubled tiles are indexed in that dimension by anything
+  but one loop variable of extent n, or that uses ``bx`` without touching a doubled tile, keeps the block as
+  written. (The K-step rewrite needs the nests outside its loop, clear of its tiles.)
 
 Either way the ring of stages must stay within MAX_RING_BYTES.
 Produces: the program with the same results, in fewer and larger steps; the function attribute
@@ -27,27 +33,31 @@ the TMA writes that is more shared-memory traffic per MAC than the SM delivers (
 warpgroups splitting a 128 x 256 tile by rows (m64n256) read B once each for twice the work. A 32-wide K step
 (64-byte rows) pays a barrier round trip per two k16 steps. Measured on the H100, fp16, ratio to cuBLAS:
 128x128x64 as written / coarsened 0.840 / 0.905 (4096^3), 0.824 / 0.967 (8192^3), 0.797 / 0.959
-(4096 x 28672 x 8192); 128x128x32 as written 0.67-0.76, both doubled 0.89-1.01.
+(4096 x 28672 x 8192); 128x128x32 as written 0.67-0.76, both doubled 0.89-1.01. With the bias + activation
+epilogue of examples/gemm_epilogue.py (128x128x64, 128 threads), torch eager / tilex as written -> coarsened:
+1.11-1.15 -> 1.20 (4096^3), 0.96-0.97 -> 1.12-1.14 (8192^3) (benchmarks/bench_gemm_epilogue.py).
 """
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 from tvm.ir import Op
 
 from tilex import config
 from tilex.ir.names import COARSENED_BLOCKS_ATTR, NUM_STAGES, REGION_OP
 from tilex.ir.shared_memory import buffer_bytes
-from tilex.ir.visit import free_vars, map_nodes, substitute, walk
+from tilex.ir.visit import BufferLoadNode, free_vars, map_nodes, substitute, walk
 from tilex.op.base import is_global
 from tilex.op.copy import CopyOp
 from tilex.op.fill import FillOp
 from tilex.op.gemm import GemmOp
+from tilex.op.parallel import ParallelOp, collect_parallel_nest
 from tilex.op.region import Region
 from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
-from tilex.transform.op_collect import collect_tile_ops
+from tilex.transform.op_collect import collect_tile_ops, is_parallel_nest
 
 #: The block this pass coarsens: one warpgroup on 128 rows.
 THREADS, ROWS = 128, 128
@@ -76,8 +86,8 @@ def coarsen_blocks(func, target):
         notes.append("two iterations of the T.Pipelined loop per stage: " + _shapes(widen))
     plan = _plan(func, target)
     if plan is not None:
-        bx, widen, chain = plan
-        func = _widen(func, bx, widen, chain=chain)
+        bx, widen, chain, n = plan
+        func = _widen(func, bx, widen, chain=chain, n=n)
         notes.append(f"blocks (2 bx, by) and (2 bx + 1, by) run as one block of {2 * THREADS} threads: "
                      + _shapes(widen))
     return func.with_attr(COARSENED_BLOCKS_ATTR, notes) if notes else func
@@ -104,7 +114,7 @@ def _gemm_program(func, one_warpgroup=True):
     if info.thread_var in _vars_in(inner) or _has_stores(inner):
         return None
     ops = [op for _, op in collect_tile_ops(inner)]
-    if not all(isinstance(op, (CopyOp, FillOp, GemmOp)) for op in ops):
+    if not all(isinstance(op, (CopyOp, FillOp, GemmOp, ParallelOp)) for op in ops):
         return None
     gemms = [op for op in ops if isinstance(op, GemmOp)]
     if len(gemms) != 1 or gemms[0].swapped or gemms[0].trans_a or (one_warpgroup and gemms[0].M != ROWS):
@@ -133,6 +143,10 @@ def _k_plan(func):
     widen = {g.A.buffer: 1, g.B.buffer: 1 if g.trans_b else 0}
     if not _consistent(loop.body, ops, k, g.K, widen):
         return None
+    # T.Parallel nests (an epilogue) neither run in the loop nor touch its tiles
+    if any(isinstance(op, ParallelOp) and (k in free_vars(op.loop) or any(b in widen for b in op.buffers()))
+           for op in ops):
+        return None
     # the ring doubles: its stages must still leave room for the rest (an epilogue tile)
     if 2 * stages * sum(buffer_bytes(b) for b in widen) > MAX_RING_BYTES:
         return None
@@ -145,7 +159,7 @@ def _k_bits(gemm):
 
 
 def _plan(func, target):
-    """(the bx var, {buffer: dimension to double}, the launch chain) or None."""
+    """(the bx var, {buffer: dimension to double}, the launch chain, the block's tile width) or None."""
     found = _gemm_program(func)
     if found is None:
         return None
@@ -161,12 +175,124 @@ def _plan(func, target):
         return None
     bx = tags["blockIdx.x"].node.var
     widen = {g.C.buffer: 1, g.B.buffer: 0 if g.trans_b else 1}
+    widen.update(_copied_tiles(ops, bx, g.N, widen))
     if not _consistent(chain[-1].body, ops, bx, g.N, widen):
+        return None
+    if not all(_nest_column(op, bx, g.N, widen) is not False for op in ops if isinstance(op, ParallelOp)):
         return None
     stages = [int(f.annotations[NUM_STAGES]) for f in _pipelined_loops(chain[-1].body)] or [1]
     if stages[0] * (buffer_bytes(g.A.buffer) + 2 * buffer_bytes(g.B.buffer)) > MAX_RING_BYTES:
         return None
-    return bx, widen, chain
+    return bx, widen, chain, g.N
+
+
+def _copied_tiles(ops, var, n, widen):
+    """{tile: dimension} for the tiles outside `widen` that a copy fills from (or writes to) a global region stepping
+    by `var` (a bias vector of the block's columns): they double with the block. Tiles a copy fills only in part
+    along that dimension are left out (`_consistent` then refuses the program)."""
+    out = {}
+    for op in ops:
+        if not isinstance(op, CopyOp) or is_global(op.src.buffer) == is_global(op.dst.buffer):
+            continue
+        glob, local = (op.src, op.dst) if is_global(op.src.buffer) else (op.dst, op.src)
+        if local.buffer in widen:
+            continue
+        d = _step_dim(glob, var, n)
+        if d is None or d is False:
+            continue
+        g_dims = [i for i, e in enumerate(glob.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
+        l_dims = [i for i, e in enumerate(local.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
+        if d in g_dims and len(g_dims) == len(l_dims):
+            out[local.buffer] = l_dims[g_dims.index(d)]
+    return out
+
+
+def _nest_column(op, var, n, widen):
+    """The loop var of T.Parallel nest `op` that walks the widened dimension of the tiles in `widen` it touches
+    (None: it touches none and does not use `var`), or False when the nest cannot double along it: every access
+    to such a tile must index that dimension with the same loop var, of extent n, and use it nowhere else in
+    the tile's indices; a nest without such a tile must not use `var` (it would no longer know its block)."""
+    vars_, extents, _ = collect_parallel_nest(op.loop)
+    column = None
+    for buf, idx, _ in op.accesses:
+        if buf not in widen:
+            continue
+        d = widen[buf]
+        v = idx[d]
+        if not isinstance(v, tirx.Var) or not any(v.same_as(x) for x in vars_) \
+                or (column is not None and not v.same_as(column)):
+            return False
+        if any(v in free_vars(e) for i, e in enumerate(idx) if i != d):
+            return False
+        column = v
+    if column is None:
+        return False if var in free_vars(op.loop) else None
+    extent = extents[[i for i, x in enumerate(vars_) if x.same_as(column)][0]]
+    if not (isinstance(extent, tirx.IntImm) and int(extent.value) == n):
+        return False
+    # tiles outside `widen` indexed by the column would need doubling as well
+    for buf, idx, _ in op.accesses:
+        if buf not in widen and not is_global(buf) and any(column in free_vars(e) for e in idx):
+            return False
+    return column
+
+
+def _widen_nest(loop, var, new_var, n, wide):
+    """T.Parallel nest `loop` of the coarsened block: its column loop (`_nest_column`) runs 2n wide, and a column
+    c of it is column ``c % n`` of the original block ``2 * new_var + c // n``, so the nest reads and writes what
+    the two blocks did; the doubled tiles (`wide`: tile -> (wide tile, dimension)) take c itself."""
+    _, _, body = collect_parallel_nest(loop)
+    column = _nest_column(ParallelOp(loop), var, n, {b: d for b, (_, d) in wide.items()})
+    if not isinstance(column, tirx.Var):
+        return loop  # (no doubled tile, no bx: the same for both blocks)
+    wide_col = tirx.Var(column.name, column.ty.dtype)
+
+    def tile_index(buf, idx):
+        nb, d = wide[buf]
+        idx = list(idx)
+        idx[d] = wide_col
+        return nb, idx
+
+    def on_store(node):
+        if node.buffer in wide:
+            nb, idx = tile_index(node.buffer, node.indices)
+            return tirx.BufferStore(nb, node.value, idx)
+        return node
+
+    def on_load(node):
+        if node.source in wide:
+            nb, idx = tile_index(node.source, node.indices)
+            return tirx.BufferLoad(nb, idx)
+        return node
+
+    body = map_nodes(body, [(tirx.BufferStore, on_store), (BufferLoadNode, on_load)], order="post")
+    body = substitute(body, {column: tirx.floormod(wide_col, n), var: new_var * 2 + tirx.floordiv(wide_col, n)})
+    ana = tvm.sym.Analyzer()
+
+    def on_store2(node):
+        return tirx.BufferStore(node.buffer, node.value, [ana.simplify(i) for i in node.indices])
+
+    def on_load2(node):
+        return tirx.BufferLoad(node.source, [ana.simplify(i) for i in node.indices])
+
+    def on_if(node):
+        return tirx.IfThenElse(ana.simplify(node.condition), node.then_case, node.else_case)
+
+    body = map_nodes(body, [(tirx.BufferStore, on_store2), (BufferLoadNode, on_load2), (tirx.IfThenElse, on_if)],
+                     order="post")
+    # rebuild the nest outermost first, the column loop twice as long
+    loops = []
+    node = loop
+    while isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
+        loops.append(node)
+        node = node.body
+    for f in reversed(loops):
+        if f.loop_var.same_as(column):
+            body = tirx.For(wide_col, f.min, tirx.const(2 * n, "int32"), f.kind, body, f.thread_binding,
+                            f.annotations)
+        else:
+            body = tirx.For(f.loop_var, f.min, f.extent, f.kind, body, f.thread_binding, f.annotations)
+    return body
 
 
 def _pipelined_loops(stmt):
@@ -200,10 +326,14 @@ def _vars_in(stmt):
 
 
 def _has_stores(stmt):
-    """Whether `stmt` writes any buffer element by element (code outside tile operators, which the pass does not
-    widen)."""
+    """Whether `stmt` writes any buffer element by element outside T.Parallel nests (code outside tile operators,
+    which the pass does not widen)."""
     found = []
-    walk(stmt, (tirx.BufferStore, lambda n: found.append(n)))
+
+    def on_for(node):
+        return tvm_ffi.WalkResult.SKIP if is_parallel_nest(node) else None
+
+    walk(stmt, [(tirx.For, on_for), (tirx.BufferStore, lambda n: found.append(n))], order="pre")
     return bool(found)
 
 
@@ -258,10 +388,10 @@ def _copy_ok(op, var, n, widen):
     return widen.get(local.buffer) == want
 
 
-def _widen(func, var, widen, chain=None, loop=None):
+def _widen(func, var, widen, chain=None, loop=None, n=None):
     """`func` with the tiles of `widen` doubled in their dimension, the operands depending on `var` doubled in
-    theirs, and `var` stepping by two: the launch's block index (`chain`: half the blocks, twice the threads) or
-    the pipelined `loop`'s variable (half the iterations)."""
+    theirs, and `var` stepping by two: the launch's block index (`chain`: half the blocks, twice the threads; `n`:
+    its tiles' width, which T.Parallel nests double) or the pipelined `loop`'s variable (half the iterations)."""
     wide = {}
     for b, d in widen.items():
         shape = list(b.shape)
@@ -301,7 +431,11 @@ def _widen(func, var, widen, chain=None, loop=None):
                                     (tirx.AllocBuffer, on_alloc)], order="pre")
         return func.with_body(out)
     launch = chain[0]
-    body = map_nodes(chain[-1].body, [(tvm.ir.Call, on_call), (tirx.AllocBuffer, on_alloc)])
+    nests = {op.loop: _widen_nest(op.loop, var, new_var, n, wide)
+             for _, op in collect_tile_ops(chain[-1].body) if isinstance(op, ParallelOp)}
+    body = map_nodes(chain[-1].body, [(tirx.For, lambda f: next((w for x, w in nests.items() if x.same_as(f)), f))],
+                     order="pre")
+    body = map_nodes(body, [(tvm.ir.Call, on_call), (tirx.AllocBuffer, on_alloc)])
     body = substitute(body, {var: new_var * 2})
     for a in reversed(chain):
         tag = a.node.thread_tag
