@@ -170,6 +170,29 @@ __device__ __forceinline__ void tma_store_2d(uint64_t tensor_map, void* smem, in
 #endif
 }
 
+// 3-d .. 5-d tensor-map stores of one box (a tile of a batched or multi-head tensor: extents 1 in the outer
+// dimensions), coordinates innermost first; bulk-group operations like tma_store_2d.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define TILEX_TMA_STORE(N, COORDS, ...)                                                                             \
+  asm volatile("cp.async.bulk.tensor." #N "d.global.shared::cta.bulk_group [%0, {" COORDS "}], [%1];\n"            \
+               ::"l"(tensor_map), "r"(smem_addr(smem)), __VA_ARGS__ : "memory")
+#elif defined(__CUDA_ARCH__)
+#define TILEX_TMA_STORE(N, COORDS, ...) tilex_error_tma_mbarrier_requires_sm_90()
+#else
+#define TILEX_TMA_STORE(N, COORDS, ...) (void)tensor_map
+#endif
+__device__ __forceinline__ void tma_store_3d(uint64_t tensor_map, void* smem, int c0, int c1, int c2) {
+  TILEX_TMA_STORE(3, "%2, %3, %4", "r"(c0), "r"(c1), "r"(c2));
+}
+__device__ __forceinline__ void tma_store_4d(uint64_t tensor_map, void* smem, int c0, int c1, int c2, int c3) {
+  TILEX_TMA_STORE(4, "%2, %3, %4, %5", "r"(c0), "r"(c1), "r"(c2), "r"(c3));
+}
+__device__ __forceinline__ void tma_store_5d(uint64_t tensor_map, void* smem, int c0, int c1, int c2, int c3,
+                                             int c4) {
+  TILEX_TMA_STORE(5, "%2, %3, %4, %5, %6", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
+}
+#undef TILEX_TMA_STORE
+
 // Tensor-map reduction of one shared-memory box into global memory: global += box, element by element, done by the
 // TMA unit (out-of-bounds parts of the box are skipped). A bulk-group operation like tma_store_*; coordinates
 // innermost first.

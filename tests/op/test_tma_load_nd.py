@@ -104,7 +104,9 @@ def test_host_encodes_rank_r_maps():
     bhsd = _encodings(lower_to_tir(batched_gemm("bhsd"), SM90, {})["main"].script())
     # A [2, 4, 256, 128]: dims (128, 256, 4, 2), strides (256, 65536, 262144) bytes, box (64, 128, 1, 1)
     assert bhsd[0] == (4, [128, 256, 4, 2, 256, 65536, 262144, 64, 128, 1, 1, 1, 1, 1, 1])
-    assert len(bhsd) == 2 and bhsd[1][0] == 4
+    assert len(bhsd) == 3 and bhsd[1][0] == 4
+    # C [2, 4, 256, 256], stored by TMA from the staged epilogue: box (64, 128, 1, 1), two planes per tile
+    assert bhsd[2] == (4, [256, 256, 4, 2, 512, 131072, 524288, 64, 128, 1, 1, 1, 1, 1, 1])
     bshd = _encodings(lower_to_tir(batched_gemm("bshd"), SM90, {})["main"].script())
     # A [2, 256, 4, 128]: dims (128, 4, 256, 2), strides (256, 1024, 262144), the rows are dim 2 (innermost first)
     assert bshd[0] == (4, [128, 4, 256, 2, 256, 1024, 262144, 64, 1, 128, 1, 1, 1, 1, 1])
@@ -244,8 +246,9 @@ def test_nd_loads_are_never_multicast(cfg):
     assert three.count('"tilex::tma_load_3d"') == 4  # two 64-column planes per operand
 
 
-def test_nd_global_output_is_not_a_tma_store():
-    """TMA stores encode 2-d maps only: a staged tile written into a 4-d tensor is stored by the threads."""
+def test_nd_global_output_is_a_tma_store():
+    """A shared tile written into a 4-d tensor is one rank-4 TMA store per swizzle plane, at (column, row, head,
+    batch) innermost first."""
 
     @T.prim_func
     def main(A: T.Tensor((2, 4, 256, 64), "float16"), C: T.Tensor((2, 4, 256, 64), "float16")):
@@ -255,7 +258,10 @@ def test_nd_global_output_is_not_a_tma_store():
             T.copy(S, C[bz, by, bx * 128, 0])
 
     src = tilex.compile(main, target="sm_90a").get_kernel_source()
-    assert "tma_store" not in src
+    stores = [line for line in src.splitlines() if "tilex::tma_store_4d(" in line]
+    assert len(stores) == 1 and "tma_store_2d" not in src
+    coords = stores[0].strip()[:-len(");")].split("])), ", 1)[1].split(", ")  # the arguments after the tile
+    assert coords == ["0", "(((int)blockIdx.x) * 128)", BY, BZ]
 
 
 @pytest.mark.gpu

@@ -87,3 +87,49 @@ def test_staged_epilogue_results(M, N, bn, threads):
     c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
     kernel(a, b, c)
     torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=5e-2, rtol=1e-2)
+
+
+def _bmm_program(batch, M, N, K):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_bmm.py"
+    spec = importlib.util.spec_from_file_location("bench_bmm", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.bmm(batch, M, N, K)
+
+
+def test_a_batched_output_is_staged_and_stored_at_its_batch():
+    # C [4, 2048, 2048]: the tile's rows and columns in the last two dimensions, the batch index bz in the first
+    f = _lowered(_bmm_program(4, 2048, 2048, 2048))
+    assert _staged(f) == ["C_l -> C: through shared tile C_l_stage (128 x 256), stored by TMA in 1 block(s)"]
+    script = f.script()
+    assert script.count("tilex::tma_store_3d") == 4 and "tma_store_2d" not in script
+
+
+def test_epilogue_copies_of_one_shape_share_a_stage_tile():
+    # attention's backward writes dK and dV [batch, heads, seq, dim] from two 128 x 128 fragments: one stage tile
+    from tilex.kernels.attention.backward import bwd_main, default_blocks
+
+    bm, bn, stages, threads = default_blocks(128)
+    f = _lowered(bwd_main(8, 2, 512, 128, True, bm=bm, bn=bn, num_stages=stages, threads=threads))
+    assert _staged(f) == ["dk -> dK: through shared tile dk_stage (128 x 128), stored by TMA in 1 block(s)",
+                          "dv -> dV: through shared tile dk_stage (128 x 128), stored by TMA in 1 block(s)"]
+    assert f.script().count("dk_stage = T.alloc_buffer") == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [2048, 1000])  # 1000: the last row block half past M (the TMA store clips it)
+def test_staged_batched_results(M):
+    import torch
+
+    import tilex
+
+    kernel = tilex.compile(_bmm_program(3, M, 512, 256))
+    assert "tma_store_3d" in kernel.get_kernel_source()
+    a = torch.randn(3, M, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(3, 256, 512, device="cuda", dtype=torch.float16)
+    c = torch.full((3, M, 512), float("nan"), device="cuda", dtype=torch.float16)
+    kernel(a, b, c)
+    torch.testing.assert_close(c, torch.bmm(a, b), atol=5e-2, rtol=1e-2)

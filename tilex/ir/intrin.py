@@ -65,7 +65,9 @@ TMA_LOAD_4D = "tilex::tma_load_4d"
 TMA_LOAD_5D = "tilex::tma_load_5d"
 #: the N-d tensor-map loads by rank (rank 2: TMA_LOAD_2D); never multicast (transform/hopper/clusters.py)
 TMA_LOAD_ND = {3: TMA_LOAD_3D, 4: TMA_LOAD_4D, 5: TMA_LOAD_5D}
-TMA_STORE_2D = "tilex::tma_store_2d"
+TMA_STORE_PREFIX = "tilex::tma_store_"
+TMA_STORE_ND = {r: f"{TMA_STORE_PREFIX}{r}d" for r in (2, 3, 4, 5)}
+TMA_STORE_2D = TMA_STORE_ND[2]
 TMA_REDUCE_ADD_ND = {r: f"tilex::tma_reduce_add_{r}d" for r in (2, 3, 4, 5)}
 BULK_COMMIT = "tilex::bulk_commit"
 BULK_WAIT_READ = "tilex::bulk_wait_read"
@@ -85,7 +87,7 @@ DECODE_CHUNK_BF16 = "tilex::decode_chunk_bf16"
 DECODE_ONE_F32 = "tilex::decode_one_f32"
 
 #: Device functions that write global memory (a stream-K contributor must not run them).
-GLOBAL_WRITE_PREFIXES = (TMA_STORE_2D, ATOMIC_PREFIX, RED_PREFIX)
+GLOBAL_WRITE_PREFIXES = (TMA_STORE_PREFIX, ATOMIC_PREFIX, RED_PREFIX)
 #: Device functions that are barriers across threads (a bulk store's reads must be done before them).
 BARRIERS = (NAMED_BARRIER_SYNC, CLUSTER_SYNC)
 
@@ -351,6 +353,12 @@ def tma_store_2d(tmap_ptr, src_ptr, col, row):
     return _stmt(TMA_STORE_2D, tmap_ptr, src_ptr, col, row)
 
 
+def tma_store(tmap_ptr, src_ptr, coords):
+    """One shared box stored to global memory through the tensor map (rank = len(coords), coordinates innermost
+    first); :func:`tma_store_2d` for rank 2."""
+    return _stmt(TMA_STORE_ND[len(coords)], tmap_ptr, src_ptr, *coords)
+
+
 def tma_reduce_add(tmap_ptr, src_ptr, coords):
     """Global += one shared box through the tensor map (rank = len(coords), coordinates innermost first); a
     bulk-group operation like :func:`tma_store_2d`."""
@@ -359,7 +367,7 @@ def tma_reduce_add(tmap_ptr, src_ptr, coords):
 
 def is_bulk_store(node) -> bool:
     """Whether `node` calls a bulk-group store (a TMA store or reduction) that reads shared memory asynchronously."""
-    return is_call(node, TMA_STORE_2D) or any(is_call(node, n) for n in TMA_REDUCE_ADD_ND.values())
+    return any(is_call(node, n) for n in (*TMA_STORE_ND.values(), *TMA_REDUCE_ADD_ND.values()))
 
 
 #: CUtensorMapSwizzle value of each TMA swizzle width (bytes); 0: none (row-major boxes, `tilex.op.tma_load` vectors).

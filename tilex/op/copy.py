@@ -24,7 +24,7 @@ from tilex.op.partition import (access_vectorizable, analyzer_scope, block_offse
                                 placed_vector_width, static_shape, unflatten)
 from tilex.op.region import READ, WRITE, Region, to_region, tile_shape
 from tilex.op.registry import register_tile_op
-from tilex.op.tma_load import tma_box, tma_tile_eligible
+from tilex.op.tma_load import tma_box, tma_box_dims, tma_tile_eligible
 
 
 def _int(e):
@@ -85,7 +85,8 @@ class CopyOp(TileOp):
     def tma_store_ok(self, target) -> bool:
         """Whether this copy can be a TMA store: a target with TMA stores and the async-proxy fence (sm90+), TMA
         not disabled (for the kernel or this copy), a whole 2-d shared tile with a wgmma-style swizzle written to
-        a 2-d global tensor (the same conditions as a TMA load, roles exchanged)."""
+        a global tensor of rank 2..5 (extents 1 outside the tile's rows and columns: the same conditions as a TMA
+        load, roles exchanged)."""
         if target is None or self.disable_tma or config.get("disable_tma", False) \
                 or config.get("disable_tma_store", False):
             return False
@@ -93,8 +94,6 @@ class CopyOp(TileOp):
                 or not (is_shared(self.src.buffer) and is_global(self.dst.buffer)):
             return False
         if len(self.src.buffer.shape) != 2 or self.src.shape != [int(e) for e in self.src.buffer.shape]:
-            return False
-        if len(self.dst.buffer.shape) != 2:  # TMA stores encode 2-d maps only (tma_tile_eligible accepts rank 2..5)
             return False
         return tma_tile_eligible(self.dst, self.src)
 
@@ -109,14 +108,14 @@ class CopyOp(TileOp):
         ThreadSync places because the store counts as a read) and before the kernel ends."""
         rows, cols, swz, elems = tma_box(self.src)
         buf = self.src.buffer
-        tmap = ctx.tensor_map(self.dst.buffer, (elems, rows), swz)
-        row0, col0 = self.dst.mins[-2], self.dst.mins[-1]
+        tmap = ctx.tensor_map(self.dst.buffer, tma_box_dims(self.dst, self.src), swz)
+        base = [self.dst.mins[d] for d in reversed(range(len(self.dst.buffer.shape)))]  # innermost first
         stores = []
         for p in range(cols // elems):
             phys, off = ctx.physical_index(buf, [0, p * elems])
-            stores.append(intrin.tma_store_2d(tirx.address_of(tmap),
-                                              phys.access_ptr("r", offset=off[0], extent=rows * elems),
-                                              col0 + p * elems, row0))
+            stores.append(intrin.tma_store(tirx.address_of(tmap),
+                                           phys.access_ptr("r", offset=off[0], extent=rows * elems),
+                                           [base[0] + p * elems, *base[1:]]))
         stores.append(intrin.bulk_commit())
         # the scope names the ThreadSync pass that sees this barrier (it ignores barriers of the other scope)
         sync = storage_sync(buf.scope())

@@ -3,15 +3,16 @@
 
 Consumes: a tile program after pipelining. It applies to a kernel with a warp-specialized pipeline (a
 ``tilex.ws_producer`` region) on a target with TMA stores, and to each top-level ``T.copy`` of a whole 2-d register
-fragment into a 2-d global tensor that the copy from a shared tile of the global's type could write by TMA store
-(static, 16-byte aligned rows; not written ``disable_tma=True``, which pins per-thread stores).
+fragment into a global tensor of rank 2..5 (the tile's columns in its last dimension, its rows in one other,
+extents 1 elsewhere: a batch or a head) that the copy from a shared tile of the global's type could write by TMA
+store (static, 16-byte aligned rows; not written ``disable_tma=True``, which pins per-thread stores).
 Produces: per such copy, a shared tile ``<fragment>_stage`` of ``(rows, w)`` elements and, for each block of ``w``
 columns, ``T.copy(fragment[:, j*w:(j+1)*w], stage)`` then ``T.copy(stage, global[...])``: the threads write
 the shared tile in the fragment's layout, and one thread stores it with the TMA (LowerTileOps: the tile takes the
 TMA's swizzle, and the store is asynchronous: BulkStoreWaits waits for it only before the tile is written again).
 The width ``w`` is the widest block (the whole tile, then halves) whose shared memory keeps the kernel's resident
 blocks per multiprocessor (`occupancy.blocks_per_sm`) and fits a block; no width qualifies: the copy is left as it
-is. The chosen stagings are listed in the function attribute ``tilex.staged_epilogues``.
+is. Later copies of tiles of the same rows and type (dK and dV) reuse the first one's stage tile. The chosen stagings are listed in the function attribute ``tilex.staged_epilogues``.
 
 Why: per-thread stores of an MMA accumulator write 4-byte pieces of many rows at once. Measured on the H100
 (fp16, 4096^3, ratio to cuBLAS; benchmarks/README.md): 128x256x64 tiles 0.849 -> 0.972 with the whole tile staged,
@@ -57,24 +58,31 @@ def stage_epilogue(func, target):
     words = local_words(func.body, info.threads)
     blocks = blocks_per_sm(info.threads, static, dynamic, words)
     plans, notes = {}, []
+    tiles = {}  # (rows, width, dtype) -> a stage tile: copies one after another share it (BulkStoreWaits orders them)
     for i, stmt in enumerate(items):
         op = _epilogue_copy(stmt, target)
         if op is None:
             continue
-        width = _width(op, info.threads, static, dynamic, words, blocks, target)
+        rows, cols = [int(e) for e in op.src.buffer.shape]
+        dtype = str(op.dst.buffer.dtype)
+        width = next((w for (r, w, d) in tiles if r == rows and d == dtype and cols % w == 0
+                      and _tma_ok(op, w, target)), None)
+        if width is None:
+            width = _width(op, info.threads, static, dynamic, words, blocks, target)
         if width is None:
             continue
-        rows, cols = [int(e) for e in op.src.buffer.shape]
-        stage = tirx.decl_buffer((rows, width), str(op.dst.buffer.dtype), f"{op.src.buffer.name}_stage",
-                                 scope="shared.dyn")
-        dynamic += buffer_bytes(stage)
+        if (rows, width, dtype) not in tiles:
+            tiles[rows, width, dtype] = tirx.decl_buffer((rows, width), dtype, f"{op.src.buffer.name}_stage",
+                                                         scope="shared.dyn")
+            dynamic += buffer_bytes(tiles[rows, width, dtype])
+        stage = tiles[rows, width, dtype]
         plans[i] = (stage, _staged(op, stage, width))
         notes.append(f"{op.src.buffer.name} -> {op.dst.buffer.name}: through shared tile {stage.name} "
                      f"({rows} x {width}), stored by TMA in {cols // width} block(s)")
     if not plans:
         return func
     # the tiles are allocated with the kernel's other buffers, ahead of its statements
-    allocs = [tirx.AllocBuffer(stage) for stage, _ in plans.values()]
+    allocs = [tirx.AllocBuffer(stage) for stage in tiles.values()]
     new_items = allocs + [plans[i][1] if i in plans else s for i, s in enumerate(items)]
     return with_launch_items(func, chain, new_items).with_attr(STAGED_EPILOGUES_ATTR, notes)
 
@@ -86,9 +94,14 @@ def _epilogue_copy(stmt, target):
     op = CopyOp.from_call(stmt.value)
     if op.disable_tma or op.is_async or not is_fragment(op.src.buffer) or not is_global(op.dst.buffer):
         return None
-    if len(op.src.buffer.shape) != 2 or len(op.dst.buffer.shape) != 2 or not op.src.is_whole():
+    if len(op.src.buffer.shape) != 2 or not 2 <= len(op.dst.buffer.shape) <= 5 or not op.src.is_whole():
         return None
-    if [_static(e) for e in op.dst.extents] != [int(e) for e in op.src.buffer.shape]:
+    # the tile's columns in the global's last dimension, its rows in one other, extents 1 elsewhere (a batch, a head)
+    rows, cols = [int(e) for e in op.src.buffer.shape]
+    ext = [_static(e) for e in op.dst.extents]
+    outer = ext[:-1]
+    if ext[-1] != cols or not all(isinstance(x, int) for x in outer) or sorted(outer)[-1] != rows \
+            or sorted(outer)[:-1] != [1] * (len(outer) - 1):
         return None
     return op
 
@@ -117,18 +130,22 @@ def _tma_ok(op, width, target):
     """Whether a (rows, width) shared tile of the global's type stores to the copy's destination by TMA."""
     rows = int(op.src.buffer.shape[0])
     tile = tirx.decl_buffer((rows, width), str(op.dst.buffer.dtype), "stage", scope="shared.dyn")
-    dst = Region(op.dst.buffer, list(op.dst.mins), [op.dst.extents[0], width])
-    return CopyOp(Region.full(tile), dst).tma_store_ok(target)
+    return CopyOp(Region.full(tile), _columns(op.dst, op.dst.mins[-1], width)).tma_store_ok(target)
+
+
+def _columns(region, first, width):
+    """`region` narrowed to `width` columns (its last dimension) from column `first`."""
+    return Region(region.buffer, [*region.mins[:-1], first], [*region.extents[:-1], width])
 
 
 def _staged(op, stage, width):
     """The staged copies replacing `op`."""
     rows, cols = [int(e) for e in op.src.buffer.shape]
-    r0, c0 = op.dst.mins
+    c0 = op.dst.mins[-1]
 
     def copies(j):
         frag = Region(op.src.buffer, [0, j * width], [rows, width])
-        out = Region(op.dst.buffer, [r0, c0 + j * width], [rows, width])
+        out = _columns(op.dst, c0 + j * width, width)
         return tirx.SeqStmt([tirx.Evaluate(copy_call(frag, Region.full(stage))),
                              tirx.Evaluate(copy_call(Region.full(stage), out))])
 
