@@ -200,10 +200,9 @@ def _copied_tiles(ops, var, n, widen):
         d = _step_dim(glob, var, n)
         if d is None or d is False:
             continue
-        g_dims = [i for i, e in enumerate(glob.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
-        l_dims = [i for i, e in enumerate(local.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
-        if d in g_dims and len(g_dims) == len(l_dims):
-            out[local.buffer] = l_dims[g_dims.index(d)]
+        local_d = _local_dim(glob, local, d)
+        if local_d is not None:
+            out[local.buffer] = local_d
     return out
 
 
@@ -379,13 +378,20 @@ def _copy_ok(op, var, n, widen):
         return False
     if d is None:
         return local.buffer not in widen
-    # the k-th non-unit dimension of the global region is the k-th of the local one
-    g_dims = [i for i, e in enumerate(glob.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
-    l_dims = [i for i, e in enumerate(local.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
+    want = _local_dim(glob, local, d)
+    return want is not None and widen.get(local.buffer) == want
+
+
+def _local_dim(glob, local, d):
+    """The dimension of the local side of a copy that dimension `d` of its global region lands in (the k-th
+    non-unit dimension of one is the k-th of the other), or None when they do not pair up."""
+    def wide_dims(region):
+        return [i for i, e in enumerate(region.extents) if not (isinstance(e, tirx.IntImm) and int(e.value) == 1)]
+
+    g_dims, l_dims = wide_dims(glob), wide_dims(local)
     if d not in g_dims or len(g_dims) != len(l_dims):
-        return False
-    want = l_dims[g_dims.index(d)]
-    return widen.get(local.buffer) == want
+        return None
+    return l_dims[g_dims.index(d)]
 
 
 def _widen(func, var, widen, chain=None, loop=None, n=None):
