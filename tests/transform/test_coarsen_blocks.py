@@ -121,6 +121,33 @@ def test_element_wise_epilogues_double_with_the_block():
     assert "bx * 2 + j // 128 < 33" in nest  # bx * 128 + j < 4224 of the original block
 
 
+def _guarded(M, N, K, var):
+    """The plain GEMM with a tile operator under a condition on the block index (`var` "bx") or on the K step
+    ("k"): the rewrites substitute those only inside tile operators and nests, so they must leave it alone."""
+    @T.prim_func
+    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
+        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
+            A_s = T.alloc_shared((128, 32), "float16")
+            B_s = T.alloc_shared((32, 128), "float16")
+            C_l = T.alloc_fragment((128, 128), "float32")
+            T.clear(C_l)
+            for k in T.Pipelined(T.ceildiv(K, 32), num_stages=3):
+                T.copy(A[by * 128, k * 32], A_s)
+                T.copy(B[k * 32, bx * 128], B_s)
+                if var == "bx" or k < T.ceildiv(K, 32) - 1:
+                    T.gemm(A_s, B_s, C_l)
+            if var == "k" or bx % 2 == 0:
+                T.copy(C_l, C[by * 128, bx * 128])
+
+    return main
+
+
+def test_block_or_step_used_outside_tile_operators_keeps_the_program():
+    assert _note(_coarsened(_guarded(4096, 4096, 4096, "bx"))) == (
+        "two iterations of the T.Pipelined loop per stage: A_s [128, 32] -> [128, 64], B_s [32, 128] -> [64, 128]")
+    assert _note(_coarsened(_guarded(4096, 4096, 4096, "k"))) is None
+
+
 def test_a_bias_tile_copied_per_block_doubles_too():
     import sys
     from pathlib import Path

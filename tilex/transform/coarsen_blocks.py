@@ -20,7 +20,8 @@ two: the tiles and the operands double in that dimension (`_widen`). Two such va
   ``2 bx' + c // n``, substituted exactly into the nest (a doubled tile takes c itself) and simplified, so
   ``bx * n + j`` becomes ``bx' * 2n + c``. A nest whose doubled tiles are indexed in that dimension by anything
   but one loop variable of extent n, or that uses ``bx`` without touching a doubled tile, keeps the block as
-  written. (The K-step rewrite needs the nests outside its loop, clear of its tiles.)
+  written. (The K-step rewrite needs the nests outside its loop, clear of its tiles.) Either variable used
+  anywhere else (a condition, a loop bound) keeps the program as written.
 
 Either way the ring of stages must stay within MAX_RING_BYTES.
 Produces: the program with the same results, in fewer and larger steps; the function attribute
@@ -54,6 +55,7 @@ from tilex.op.fill import FillOp
 from tilex.op.gemm import GemmOp
 from tilex.op.parallel import ParallelOp, collect_parallel_nest
 from tilex.op.region import Region
+from tilex.op.registry import parse_tile_op
 from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
@@ -141,7 +143,7 @@ def _k_plan(func):
         return None
     k = loop.loop_var
     widen = {g.A.buffer: 1, g.B.buffer: 1 if g.trans_b else 0}
-    if not _consistent(loop.body, ops, k, g.K, widen):
+    if not _consistent(loop.body, ops, k, g.K, widen) or _used_outside_tile_ops(loop.body, k):
         return None
     # T.Parallel nests (an epilogue) neither run in the loop nor touch its tiles
     if any(isinstance(op, ParallelOp) and (k in free_vars(op.loop) or any(b in widen for b in op.buffers()))
@@ -176,7 +178,7 @@ def _plan(func, target):
     bx = tags["blockIdx.x"].node.var
     widen = {g.C.buffer: 1, g.B.buffer: 0 if g.trans_b else 1}
     widen.update(_copied_tiles(ops, bx, g.N, widen))
-    if not _consistent(chain[-1].body, ops, bx, g.N, widen):
+    if not _consistent(chain[-1].body, ops, bx, g.N, widen) or _used_outside_tile_ops(chain[-1].body, bx):
         return None
     if not all(_nest_column(op, bx, g.N, widen) is not False for op in ops if isinstance(op, ParallelOp)):
         return None
@@ -333,6 +335,29 @@ def _has_stores(stmt):
         return tvm_ffi.WalkResult.SKIP if is_parallel_nest(node) else None
 
     walk(stmt, [(tirx.For, on_for), (tirx.BufferStore, lambda n: found.append(n))], order="pre")
+    return bool(found)
+
+
+def _used_outside_tile_ops(stmt, var):
+    """Whether `var` appears in `stmt` outside tile operator calls and T.Parallel nests (a condition, a loop bound, a
+    let): the rewrites substitute it inside those only in the forms they check, so any other use refuses them."""
+    found = []
+
+    def on_eval(node):
+        if isinstance(node.value, tvm.ir.Call) and parse_tile_op(node.value) is not None:
+            return tvm_ffi.WalkResult.SKIP
+        return None
+
+    def on_for(node):
+        if is_parallel_nest(node):
+            return tvm_ffi.WalkResult.SKIP
+        return None
+
+    def on_var(v):
+        if v.same_as(var):
+            found.append(v)
+
+    walk(stmt, [(tirx.Evaluate, on_eval), (tirx.For, on_for), (tvm.ir.Var, on_var)], order="pre")
     return bool(found)
 
 
