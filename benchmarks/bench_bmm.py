@@ -32,9 +32,7 @@ def main():
     p.add_argument("--shapes", default="8x2048x2048x2048,16x1024x4096x1024,4x4096x4096x4096")
     args = p.parse_args()
     import torch
-    from triton.testing import do_bench
-
-    from bench_gemm import warm_up
+    from bench_gemm import alternate, warm_up
 
     print(f"device: {torch.cuda.get_device_name()}")
     warm_up()
@@ -50,10 +48,7 @@ def main():
             k(a, b, c)
             torch.testing.assert_close(c.float(), ref.float(), atol=1e-1, rtol=1e-2)
             runs[name] = (lambda k=k: k(a, b, c))
-        best = {n: float("inf") for n in runs}
-        for _ in range(5):
-            for n, f in runs.items():
-                best[n] = min(best[n], do_bench(f, warmup=25, rep=200))
+        best = alternate(runs)
         print(f"{shape}: torch.bmm / staged {best['torch'] / best['staged']:.3f}, torch.bmm / per-thread stores "
               f"{best['torch'] / best['per-thread']:.3f}", flush=True)
 

@@ -138,6 +138,18 @@ def warm_up(seconds=3.0):
         torch.cuda.synchronize()
 
 
+def alternate(runs, rounds=5):
+    """{name: best do_bench time (ms)} of the callables `runs`, timed in turn for `rounds` rounds, so that clock and
+    power drift over the measurement favours none of them."""
+    from triton.testing import do_bench
+
+    best = {name: float("inf") for name in runs}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            best[name] = min(best[name], do_bench(fn, warmup=25, rep=200))
+    return best
+
+
 def bench(M, N, K, dtype, configs):
     import torch
     from triton.testing import do_bench
@@ -189,10 +201,7 @@ def bench(M, N, K, dtype, configs):
         contenders.update(plains)
         if run_triton is not None:
             contenders["triton"] = run_triton
-        final = {name: float("inf") for name in contenders}
-        for _ in range(5):
-            for name, fn in contenders.items():
-                final[name] = min(final[name], do_bench(fn, warmup=25, rep=200))
+        final = alternate(contenders)
         t_torch = final["torch"]
         best = (final["tilex"], best[1]) if best is not None else None
         for cfg in plains:

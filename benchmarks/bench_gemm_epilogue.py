@@ -20,9 +20,7 @@ def main():
     p.add_argument("--shapes", default="4096x4096x4096,8192x8192x8192")
     args = p.parse_args()
     import torch
-    from triton.testing import do_bench
-
-    from bench_gemm import warm_up
+    from bench_gemm import alternate, warm_up
 
     print(f"device: {torch.cuda.get_device_name()}")
     warm_up()
@@ -40,10 +38,7 @@ def main():
                 k(a, b, bias, c)
                 torch.testing.assert_close(c.float(), reference(a, b, bias, act), atol=2e-2, rtol=2e-2)
                 runs[name] = (lambda k=k: k(a, b, bias, c))
-            best = {n: float("inf") for n in runs}
-            for _ in range(5):
-                for n, f in runs.items():
-                    best[n] = min(best[n], do_bench(f, warmup=25, rep=200))
+            best = alternate(runs)
             print(f"{shape} {act}: torch / coarsened {best['torch'] / best['coarsened']:.3f}, torch / as written "
                   f"{best['torch'] / best['as written']:.3f}, cuBLAS a@b alone / coarsened "
                   f"{best['cublas a@b'] / best['coarsened']:.3f}", flush=True)

@@ -159,28 +159,25 @@ __device__ __forceinline__ void cluster_sync() {
 #endif
 }
 
-// 2-d tensor-map store of one shared-memory box (out-of-bounds parts of the box are not written).
-__device__ __forceinline__ void tma_store_2d(uint64_t tensor_map, void* smem, int c0, int c1) {
+// Tensor-map writes of one shared-memory box into global memory, bulk-group operations (bulk_commit, then
+// bulk_wait_read before the box is rewritten); coordinates innermost first, out-of-bounds parts of the box are not
+// written. OP and MODE name the instruction: "cp.async", "" stores the box (tma_store_2d .. 5d: a tile of a
+// matrix, or of a batched or multi-head tensor with extents 1 in the outer dimensions); "cp.reduce.async",
+// ".add.tile" adds it to global memory element by element, done by the TMA unit (tma_reduce_add_2d .. 5d).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(tensor_map),
-               "r"(smem_addr(smem)), "r"(c0), "r"(c1)
-               : "memory");
-#elif defined(__CUDA_ARCH__)
-  tilex_error_tma_mbarrier_requires_sm_90();
-#endif
-}
-
-// 3-d .. 5-d tensor-map stores of one box (a tile of a batched or multi-head tensor: extents 1 in the outer
-// dimensions), coordinates innermost first; bulk-group operations like tma_store_2d.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TILEX_TMA_STORE(N, COORDS, ...)                                                                             \
-  asm volatile("cp.async.bulk.tensor." #N "d.global.shared::cta.bulk_group [%0, {" COORDS "}], [%1];\n"            \
+#define TILEX_TMA_TO_GLOBAL(OP, MODE, N, COORDS, ...)                                                              \
+  asm volatile(OP ".bulk.tensor." #N "d.global.shared::cta" MODE ".bulk_group [%0, {" COORDS "}], [%1];\n"         \
                ::"l"(tensor_map), "r"(smem_addr(smem)), __VA_ARGS__ : "memory")
 #elif defined(__CUDA_ARCH__)
-#define TILEX_TMA_STORE(N, COORDS, ...) tilex_error_tma_mbarrier_requires_sm_90()
+#define TILEX_TMA_TO_GLOBAL(OP, MODE, N, COORDS, ...) tilex_error_tma_mbarrier_requires_sm_90()
 #else
-#define TILEX_TMA_STORE(N, COORDS, ...) (void)tensor_map
+#define TILEX_TMA_TO_GLOBAL(OP, MODE, N, COORDS, ...) (void)tensor_map
 #endif
+#define TILEX_TMA_STORE(N, COORDS, ...) TILEX_TMA_TO_GLOBAL("cp.async", "", N, COORDS, __VA_ARGS__)
+#define TILEX_TMA_REDUCE_ADD(N, COORDS, ...) TILEX_TMA_TO_GLOBAL("cp.reduce.async", ".add.tile", N, COORDS, __VA_ARGS__)
+__device__ __forceinline__ void tma_store_2d(uint64_t tensor_map, void* smem, int c0, int c1) {
+  TILEX_TMA_STORE(2, "%2, %3", "r"(c0), "r"(c1));
+}
 __device__ __forceinline__ void tma_store_3d(uint64_t tensor_map, void* smem, int c0, int c1, int c2) {
   TILEX_TMA_STORE(3, "%2, %3, %4", "r"(c0), "r"(c1), "r"(c2));
 }
@@ -191,20 +188,6 @@ __device__ __forceinline__ void tma_store_5d(uint64_t tensor_map, void* smem, in
                                              int c4) {
   TILEX_TMA_STORE(5, "%2, %3, %4, %5, %6", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
 }
-#undef TILEX_TMA_STORE
-
-// Tensor-map reduction of one shared-memory box into global memory: global += box, element by element, done by the
-// TMA unit (out-of-bounds parts of the box are skipped). A bulk-group operation like tma_store_*; coordinates
-// innermost first.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define TILEX_TMA_REDUCE_ADD(N, COORDS, ...)                                                                        \
-  asm volatile("cp.reduce.async.bulk.tensor." #N "d.global.shared::cta.add.tile.bulk_group [%0, {" COORDS "}], [%1];\n" \
-               ::"l"(tensor_map), "r"(smem_addr(smem)), __VA_ARGS__ : "memory")
-#elif defined(__CUDA_ARCH__)
-#define TILEX_TMA_REDUCE_ADD(N, COORDS, ...) tilex_error_tma_mbarrier_requires_sm_90()
-#else
-#define TILEX_TMA_REDUCE_ADD(N, COORDS, ...) (void)tensor_map
-#endif
 __device__ __forceinline__ void tma_reduce_add_2d(uint64_t tensor_map, void* smem, int c0, int c1) {
   TILEX_TMA_REDUCE_ADD(2, "%2, %3", "r"(c0), "r"(c1));
 }
@@ -218,7 +201,9 @@ __device__ __forceinline__ void tma_reduce_add_5d(uint64_t tensor_map, void* sme
                                                   int c4) {
   TILEX_TMA_REDUCE_ADD(5, "%2, %3, %4, %5, %6", "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4));
 }
+#undef TILEX_TMA_STORE
 #undef TILEX_TMA_REDUCE_ADD
+#undef TILEX_TMA_TO_GLOBAL
 
 __device__ __forceinline__ void bulk_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

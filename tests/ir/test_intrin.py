@@ -41,7 +41,7 @@ def test_launch_markers_read_back_from_ir_and_text():
 
 def test_prefix_groups():
     assert intrin.is_atomic(intrin.atomic(intrin.atomic_name("add"), 0, 1))
-    assert intrin.starts_with(intrin.tma_store_2d(0, 0, 0, 0), intrin.GLOBAL_WRITE_PREFIXES)
+    assert intrin.starts_with(intrin.tma_store(0, 0, [0, 0]), intrin.GLOBAL_WRITE_PREFIXES)
     assert _name(intrin.atomic(intrin.atomic_name("add", vector_global=True), 0, 1)) == "tilex::atomic_add_vec<true>"
 
 

@@ -67,7 +67,6 @@ TMA_LOAD_5D = "tilex::tma_load_5d"
 TMA_LOAD_ND = {3: TMA_LOAD_3D, 4: TMA_LOAD_4D, 5: TMA_LOAD_5D}
 TMA_STORE_PREFIX = "tilex::tma_store_"
 TMA_STORE_ND = {r: f"{TMA_STORE_PREFIX}{r}d" for r in (2, 3, 4, 5)}
-TMA_STORE_2D = TMA_STORE_ND[2]
 TMA_REDUCE_ADD_ND = {r: f"tilex::tma_reduce_add_{r}d" for r in (2, 3, 4, 5)}
 BULK_COMMIT = "tilex::bulk_commit"
 BULK_WAIT_READ = "tilex::bulk_wait_read"
@@ -349,19 +348,15 @@ def tma_load_2d_multicast(dst_ptr, tmap_ptr, bar_ptr, col, row, mask):
     return _stmt(TMA_LOAD_2D_MULTICAST, dst_ptr, tmap_ptr, bar_ptr, col, row, mask)
 
 
-def tma_store_2d(tmap_ptr, src_ptr, col, row):
-    return _stmt(TMA_STORE_2D, tmap_ptr, src_ptr, col, row)
-
-
 def tma_store(tmap_ptr, src_ptr, coords):
     """One shared box stored to global memory through the tensor map (rank = len(coords), coordinates innermost
-    first); :func:`tma_store_2d` for rank 2."""
+    first: (column, row) for a 2-d tensor)."""
     return _stmt(TMA_STORE_ND[len(coords)], tmap_ptr, src_ptr, *coords)
 
 
 def tma_reduce_add(tmap_ptr, src_ptr, coords):
     """Global += one shared box through the tensor map (rank = len(coords), coordinates innermost first); a
-    bulk-group operation like :func:`tma_store_2d`."""
+    bulk-group operation like :func:`tma_store`."""
     return _stmt(TMA_REDUCE_ADD_ND[len(coords)], tmap_ptr, src_ptr, *coords)
 
 
@@ -377,7 +372,7 @@ _SWIZZLE_ENUM = {0: 0, 32: 1, 64: 2, 128: 3}
 def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     """Host statements that bind `tmap` and encode it for `buffer` (rank 1..5, contiguous row-major) with the box
     `box` (extents innermost dimension first, one per dimension: (cols, rows) for a 2-d buffer); the kernel gets
-    `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store_2d` (rank 2) or
+    `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store` (rank 2..5) or
     :func:`tma_load_1d`, :func:`tma_load_3d` .. :func:`tma_load_5d`; `swizzle_bytes` 0 (row-major box), 32, 64, 128."""
     # innermost first; the outermost extent may be symbolic (encoded per call, as cuTensorMapEncodeTiled's uint64)
     dims = [int(s) if isinstance(s, tirx.IntImm) else tirx.Cast("int64", s) for s in reversed(buffer.shape)]

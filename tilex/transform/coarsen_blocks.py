@@ -88,8 +88,8 @@ def coarsen_blocks(func, target):
         notes.append("two iterations of the T.Pipelined loop per stage: " + _shapes(widen))
     plan = _plan(func, target)
     if plan is not None:
-        bx, widen, chain, n = plan
-        func = _widen(func, bx, widen, chain=chain, n=n)
+        bx, widen, chain, columns = plan
+        func = _widen(func, bx, widen, chain=chain, columns=columns)
         notes.append(f"blocks (2 bx, by) and (2 bx + 1, by) run as one block of {2 * THREADS} threads: "
                      + _shapes(widen))
     return func.with_attr(COARSENED_BLOCKS_ATTR, notes) if notes else func
@@ -161,7 +161,8 @@ def _k_bits(gemm):
 
 
 def _plan(func, target):
-    """(the bx var, {buffer: dimension to double}, the launch chain, the block's tile width) or None."""
+    """(the bx var, {buffer: dimension to double}, the launch chain, {T.Parallel nest: its column loop var} for
+    the nests that double) or None."""
     found = _gemm_program(func)
     if found is None:
         return None
@@ -180,12 +181,13 @@ def _plan(func, target):
     widen.update(_copied_tiles(ops, bx, g.N, widen))
     if not _consistent(chain[-1].body, ops, bx, g.N, widen) or _used_outside_tile_ops(chain[-1].body, bx):
         return None
-    if not all(_nest_column(op, bx, g.N, widen) is not False for op in ops if isinstance(op, ParallelOp)):
+    columns = {op.loop: _nest_column(op, bx, g.N, widen) for op in ops if isinstance(op, ParallelOp)}
+    if any(c is False for c in columns.values()):
         return None
     stages = [int(f.annotations[NUM_STAGES]) for f in _pipelined_loops(chain[-1].body)] or [1]
     if stages[0] * (buffer_bytes(g.A.buffer) + 2 * buffer_bytes(g.B.buffer)) > MAX_RING_BYTES:
         return None
-    return bx, widen, chain, g.N
+    return bx, widen, chain, {nest: c for nest, c in columns.items() if c is not None}
 
 
 def _copied_tiles(ops, var, n, widen):
@@ -238,55 +240,43 @@ def _nest_column(op, var, n, widen):
     return column
 
 
-def _widen_nest(loop, var, new_var, n, wide):
-    """T.Parallel nest `loop` of the coarsened block: its column loop (`_nest_column`) runs 2n wide, and a column
-    c of it is column ``c % n`` of the original block ``2 * new_var + c // n``, so the nest reads and writes what
-    the two blocks did; the doubled tiles (`wide`: tile -> (wide tile, dimension)) take c itself."""
+def _widen_nest(loop, column, var, new_var, wide):
+    """T.Parallel nest `loop` of the coarsened block: its `column` loop (`_nest_column`), of extent n, runs 2n wide,
+    and a column c of it is column ``c % n`` of the original block ``2 * new_var + c // n``, so the nest reads and
+    writes what the two blocks did; the doubled tiles (`wide`: tile -> (wide tile, dimension)) take c itself."""
     _, _, body = collect_parallel_nest(loop)
-    column = _nest_column(ParallelOp(loop), var, n, {b: d for b, (_, d) in wide.items()})
-    if not isinstance(column, tirx.Var):
-        return loop  # (no doubled tile, no bx: the same for both blocks)
     wide_col = tirx.Var(column.name, column.ty.dtype)
-
-    def tile_index(buf, idx):
-        nb, d = wide[buf]
-        idx = list(idx)
-        idx[d] = wide_col
-        return nb, idx
-
-    def on_store(node):
-        if node.buffer in wide:
-            nb, idx = tile_index(node.buffer, node.indices)
-            return tirx.BufferStore(nb, node.value, idx)
-        return node
-
-    def on_load(node):
-        if node.source in wide:
-            nb, idx = tile_index(node.source, node.indices)
-            return tirx.BufferLoad(nb, idx)
-        return node
-
-    body = map_nodes(body, [(tirx.BufferStore, on_store), (BufferLoadNode, on_load)], order="post")
-    body = substitute(body, {column: tirx.floormod(wide_col, n), var: new_var * 2 + tirx.floordiv(wide_col, n)})
-    ana = tvm.sym.Analyzer()
-
-    def on_store2(node):
-        return tirx.BufferStore(node.buffer, node.value, [ana.simplify(i) for i in node.indices])
-
-    def on_load2(node):
-        return tirx.BufferLoad(node.source, [ana.simplify(i) for i in node.indices])
-
-    def on_if(node):
-        return tirx.IfThenElse(ana.simplify(node.condition), node.then_case, node.else_case)
-
-    body = map_nodes(body, [(tirx.BufferStore, on_store2), (BufferLoadNode, on_load2), (tirx.IfThenElse, on_if)],
-                     order="post")
-    # rebuild the nest outermost first, the column loop twice as long
     loops = []
     node = loop
     while isinstance(node, tirx.For) and node.kind == tirx.ForKind.PARALLEL:
         loops.append(node)
         node = node.body
+    n = next(int(f.extent.value) for f in loops if f.loop_var.same_as(column))
+    body = substitute(body, {column: tirx.floormod(wide_col, n), var: new_var * 2 + tirx.floordiv(wide_col, n)})
+    ana = tvm.sym.Analyzer()
+
+    def access(buf, indices):
+        """(buffer, simplified indices) of an access: a doubled tile's, at column c (the access indexed the column
+        by its loop var alone, which the substitution made c % n)."""
+        indices = list(indices)
+        if buf in wide:
+            buf, d = wide[buf]
+            indices[d] = wide_col
+        return buf, [ana.simplify(i) for i in indices]
+
+    def on_store(node):
+        buf, indices = access(node.buffer, node.indices)
+        return tirx.BufferStore(buf, node.value, indices)
+
+    def on_load(node):
+        return tirx.BufferLoad(*access(node.source, node.indices))
+
+    def on_if(node):
+        return tirx.IfThenElse(ana.simplify(node.condition), node.then_case, node.else_case)
+
+    body = map_nodes(body, [(tirx.BufferStore, on_store), (BufferLoadNode, on_load), (tirx.IfThenElse, on_if)],
+                     order="post")
+    # rebuild the nest outermost first, the column loop twice as long
     for f in reversed(loops):
         if f.loop_var.same_as(column):
             body = tirx.For(wide_col, f.min, tirx.const(2 * n, "int32"), f.kind, body, f.thread_binding,
@@ -419,10 +409,10 @@ def _local_dim(glob, local, d):
     return l_dims[g_dims.index(d)]
 
 
-def _widen(func, var, widen, chain=None, loop=None, n=None):
+def _widen(func, var, widen, chain=None, loop=None, columns=None):
     """`func` with the tiles of `widen` doubled in their dimension, the operands depending on `var` doubled in
-    theirs, and `var` stepping by two: the launch's block index (`chain`: half the blocks, twice the threads; `n`:
-    its tiles' width, which T.Parallel nests double) or the pipelined `loop`'s variable (half the iterations)."""
+    theirs, and `var` stepping by two: the launch's block index (`chain`: half the blocks, twice the threads;
+    `columns`: the T.Parallel nests that double, with their column loop var) or the pipelined `loop`'s variable (half the iterations)."""
     wide = {}
     for b, d in widen.items():
         shape = list(b.shape)
@@ -462,8 +452,7 @@ def _widen(func, var, widen, chain=None, loop=None, n=None):
                                     (tirx.AllocBuffer, on_alloc)], order="pre")
         return func.with_body(out)
     launch = chain[0]
-    nests = {op.loop: _widen_nest(op.loop, var, new_var, n, wide)
-             for _, op in collect_tile_ops(chain[-1].body) if isinstance(op, ParallelOp)}
+    nests = {nest: _widen_nest(nest, column, var, new_var, wide) for nest, column in (columns or {}).items()}
     body = map_nodes(chain[-1].body, [(tirx.For, lambda f: next((w for x, w in nests.items() if x.same_as(f)), f))],
                      order="pre")
     body = map_nodes(body, [(tvm.ir.Call, on_call), (tirx.AllocBuffer, on_alloc)])
