@@ -47,6 +47,7 @@ from tilex.transform.rasterization import choose_rasterization
 from tilex.transform.register_operand import register_operand
 from tilex.transform.stage_epilogue import stage_epilogue
 from tilex.transform.stage_through_shared import stage_through_shared
+from tilex.transform.swap_skinny_gemm import swap_skinny_gemm
 from tilex.transform.swizzle_shared_tiles import lower_with_swizzles
 from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
@@ -78,6 +79,7 @@ def is_user_error(exc: BaseException) -> bool:
 def _tile_passes(func, target):
     func = canonicalize(func)
     func = register_operand(func, target)
+    func = swap_skinny_gemm(func, target)
     func = coarsen_blocks(func, target)
     func = stage_through_shared(func, target)
     func = inject_pipeline(func, target)
