@@ -27,7 +27,7 @@ def _note(f):
 
 def _main_loop(f):
     """The kernel's MMA, TMA load and mbarrier lines (the names the two programs give differ)."""
-    keys = ("wgmma", "tma_load", "mbar")
+    keys = ("wgmma", "tma_load", "mbar")  # (the C store's coordinates name the block indices differently)
     names = {"C_l_T": "Ct_l", "b0": "bx", "b1": "by"}
     lines = [line.strip() for line in f.script().splitlines() if any(k in line for k in keys)]
     return [re.sub(r"\b(C_l_T|b0|b1)\b", lambda m: names[m.group(1)], line) for line in lines]
@@ -60,9 +60,26 @@ def test_transposed_b_and_bfloat16():
     assert "tilex::wgmma_m64n32k16_bf16<0, 0>" in f.script()  # both operands K-major: nothing transposed
 
 
+def test_a_few_row_blocks_run_on_x_with_c_staged():
+    # 128 rows on 32 blocks of 128x256: row blocks of 64 on x, 128 columns of C each, C through a shared tile
+    f = _lowered(matmul(128, 8192, 8192, bm=128, bn=256, bk=64, threads=256))
+    assert _note(f) == ("A has 128 rows: 128x256x64 blocks of 256 threads -> C^T tiles of 128x64, K step 64, "
+                        "8 stages, 128 blocks of 128 threads, row blocks on x, C staged in shared memory")
+    script = f.script()
+    assert 'T.launch_thread("blockIdx.x", 2)' in script and 'T.launch_thread("blockIdx.y", 64)' in script
+    assert "tilex::tma_store_2d" in script
+    library = matmul_swap_ab(128, 8192, 8192, 64, 128, 64, 8, 128, stage_c=True, m_major=True)
+    assert _main_loop(f) == _main_loop(_lowered(library))
+    # 96 rows too (two row blocks); kept as written: four row blocks (measured slower), and a swapped grid of more
+    # than one wave (128 x 28672: 448 blocks, against 112 as written)
+    assert "C^T tiles of 128x64" in _note(_lowered(matmul(96, 8192, 8192, bm=128, bn=128, bk=32)))
+    assert _note(_lowered(matmul(256, 8192, 8192, bm=128, bn=128, bk=64))) is None
+    assert _note(_lowered(matmul(128, 28672, 8192, bm=128, bn=256, bk=64, threads=256))) is None
+
+
 def test_programs_kept_as_written():
-    # more rows than one warpgroup MMA's N side takes
-    assert _note(_lowered(matmul(128, 8192, 8192, bm=128, bn=256, bk=64, threads=256))) is None
+    # more rows than the row-block tiling takes
+    assert _note(_lowered(matmul(200, 8192, 8192, bm=128, bn=256, bk=64, threads=256))) is None
     # a row block already fitted to A's rows: 64 rows of 64
     assert _note(_lowered(matmul(64, 8192, 8192, bm=64, bn=128, bk=64))) is None
     # pinned
@@ -94,7 +111,9 @@ def _relu(M, N, K):
 @pytest.mark.gpu
 @pytest.mark.parametrize("M,N,K,dtype,trans_b", [(16, 8192, 4096, "float16", False), (1, 4160, 1000, "float16", False),
                                                  (5, 4096, 2048, "bfloat16", False), (33, 4096, 1024, "float16", True),
-                                                 (64, 2112, 4096, "bfloat16", True)])
+                                                 (64, 2112, 4096, "bfloat16", True),
+                                                 (128, 8192, 4096, "float16", False),
+                                                 (100, 4160, 1024, "bfloat16", True)])
 def test_swapped_results(M, N, K, dtype, trans_b):
     import torch
 

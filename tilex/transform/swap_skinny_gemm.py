@@ -1,26 +1,35 @@
-"""SwapSkinnyGemm (tile level, before CoarsenBlocks): a GEMM whose A has so few rows that one row block holds them
-all computes transposed tiles, C^T = B^T A^T, in narrow blocks with a deep pipeline.
+"""SwapSkinnyGemm (tile level, before CoarsenBlocks): a GEMM whose A has few rows computes transposed tiles,
+C^T = B^T A^T, in narrow blocks of one warpgroup with a deep pipeline.
 
 Consumes: a tile program on an sm90 target that warp-specializes, written as a plain GEMM and nothing else: a static
-grid of ``(ceil(N / bn), 1)`` blocks; shared tiles ``A_s (bm, bk)`` and ``B_s (bk, bn)`` (``(bn, bk)`` with
-``transpose_B``) of one 16-bit type and a float32 fragment ``C_l (bm, bn)``; ``T.clear(C_l)``; one T.Pipelined loop
-over ``ceil(K / bk)`` steps whose body copies ``A[by * bm, k * bk]`` and B's tile ``k`` of column block ``bx`` and
-runs ``T.gemm(A_s, B_s, C_l)``; then ``T.copy(C_l, C[by * bm, bx * bn])`` (an optional ``T.use_swizzle`` is
-dropped: one row of blocks has no panels). It applies when A has at most MAX_ROWS rows and the row block
-``bm`` is at least twice A's rows rounded up to 16 (``m``): most of each MMA would multiply padding.
-Produces: the same results from ``ceil(N / COLUMNS)`` blocks of THREADS threads: A's ``m`` rows as a ``(m, K_STEP)``
-tile, B's tile ``(K_STEP, COLUMNS)``, the accumulator ``C_l_T (COLUMNS, m)`` from ``T.gemm(B_s, A_s, C_l_T,
-transpose_A=not transpose_B, transpose_B=True)`` (N fills the 64-row side of the warpgroup MMA, A's rows its
-N side, which takes any multiple of 8), as many pipeline stages (up to MAX_STAGES) as MAX_RING_BYTES holds, and a
-T.Parallel epilogue writing ``C[i, bx * COLUMNS + j] = C_l_T[j, i]`` inside C's bounds. The function attribute
+grid of ``(ceil(N / bn), ceil(M / bm))`` blocks; shared tiles ``A_s (bm, bk)`` and ``B_s (bk, bn)`` (``(bn, bk)``
+with ``transpose_B``) of one 16-bit type and a float32 fragment ``C_l (bm, bn)``; ``T.clear(C_l)``; one T.Pipelined
+loop over ``ceil(K / bk)`` steps whose body copies ``A[by * bm, k * bk]`` and B's tile ``k`` of column block ``bx``
+and runs ``T.gemm(A_s, B_s, C_l)``; then ``T.copy(C_l, C[by * bm, bx * bn])`` (an optional ``T.use_swizzle`` is
+dropped). It applies to A of
+* at most MAX_ROWS rows, when ``bm`` is at least twice A's rows rounded up to 16 (``m``): most of each MMA would
+  multiply padding. Tiling FEW_ROWS: one row block of ``m`` rows, 64 columns of C per block;
+* at most MAX_ROW_BLOCKS_ROWS rows, when the tiling ROW_BLOCKS gives more blocks than written, all in one wave
+  (at most one per multiprocessor): row blocks of 64 on the grid's x axis (the blocks reading one tile of B run
+  side by side), 128 columns of C per block.
+Produces: the same results from blocks of THREADS threads: the accumulator ``C_l_T (columns, rows)`` of
+``T.gemm(B_s, A_s, C_l_T, transpose_A=not transpose_B, transpose_B=True)`` (N fills the 64-row side of the
+warpgroup MMA, A's rows its N side, which takes any multiple of 8), as many pipeline stages as the tiling's ring
+holds, and a T.Parallel epilogue writing ``C[i, j] = C_l_T[j, i]``: inside C's bounds (FEW_ROWS), or into a shared
+tile of C stored whole (ROW_BLOCKS; the TMA store clips the ragged edges). The function attribute
 ``tilex.swapped_skinny_gemm`` says what was chosen; ``tilex.disable_skinny_swap`` keeps the program as written.
 
 Why: such a GEMM streams B once and is bound by memory bandwidth; as written its few wide blocks leave most
-multiprocessors idle (128x256 blocks: 32 of 132 at N = 8192) with three stages each in flight. Measured on the H100
-(fp16, ratio to cuBLAS, benchmarks/README.md): 16x8192x8192 as written 0.65-0.67, this form (16x64x128 tiles, 8
-stages: `tilex.kernels.gemm.matmul_swap_ab`) 1.01-1.10.
+multiprocessors idle (128x256 blocks: 32 of 132 at N = 8192) with three stages each in flight. The tilings are the
+library's swap-AB kernels (`tilex.kernels.gemm.matmul_swap_ab`). Measured on the H100 (plain program, ratio to
+cuBLAS, fp16 and bf16, benchmarks/README.md): 1..64 x 8192 x 8192 0.62-0.71 -> 1.00-1.02, 16 x 4096 x 4096
+0.48-0.55 -> 1.12, 16 x 28672 x 8192 0.79-0.98 -> 0.99; 96 and 128 x 8192 x 8192 0.64-0.72 -> 1.00, 128 x 4096 x
+4096 0.49-0.55 -> 0.92. Not taken: 200 and 256 rows (four row blocks: 0.65-0.76 as written, 0.47-0.67 swapped),
+and 128 x 28672 x 8192, whose 448 swapped blocks take four waves (128x256 as written 1.03, swapped 0.71).
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import tvm
 from tvm import tirx
@@ -34,15 +43,33 @@ from tilex.op.fill import FillOp, fill_call
 from tilex.op.gemm import GemmOp, gemm_call
 from tilex.op.region import Region
 from tilex.op.registry import parse_tile_op
+from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
 
-#: Most rows of A this pass takes (one warpgroup MMA's N side of up to 64 rows keeps the tile's registers small).
+
+
+class Tiling(NamedTuple):
+    """A swapped tiling: `rows` of A (the MMA's N side) by `columns` of C per block of THREADS threads, a K step of
+    `k_step`, up to `max_stages` stages in `max_ring` bytes; `row_blocks_on_x`: A's row blocks on the grid's x
+    axis (the blocks reading one tile of B run side by side); `staged`: C goes out through a shared tile."""
+    rows: int
+    columns: int
+    k_step: int
+    max_stages: int
+    max_ring: int
+    row_blocks_on_x: bool
+    staged: bool
+
+
+#: Threads per block: one warpgroup.
+THREADS = 128
+#: A of at most MAX_ROWS rows, all in one block (rounded up to 16): 64 columns of C per block.
 MAX_ROWS = 64
-#: Columns of C per block (the 64 rows of one warpgroup MMA), threads per block, K step of the pipeline.
-COLUMNS, THREADS, K_STEP = 64, 128, 128
-#: The pipeline's depth: as many stages as fit MAX_RING_BYTES, at most MAX_STAGES.
-MAX_STAGES, MAX_RING_BYTES = 8, 160 * 1024
+FEW_ROWS = Tiling(16, 64, 128, 8, 160 * 1024, False, False)
+#: A of up to MAX_ROW_BLOCKS_ROWS rows: row blocks of 64, when they make more blocks than written and one wave.
+MAX_ROW_BLOCKS_ROWS = 128
+ROW_BLOCKS = Tiling(64, 128, 64, 8, 192 * 1024, True, True)
 
 
 def swap_skinny_gemm(func, target):
@@ -53,7 +80,7 @@ def swap_skinny_gemm(func, target):
     # measured on warp-specialized TMA pipelines only
     if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
         return func
-    plan = _plan(func)
+    plan = _plan(func, target)
     if plan is None:
         return func
     new, note = _rebuild(func, plan)
@@ -67,15 +94,14 @@ class _Plan:
         self.__dict__.update(kw)
 
 
-def _plan(func):
+def _plan(func, target):
     info = kernel_info(func)
     chain = outer_launch_chain(func.body)
     if info is None or chain is None:
         return None
     tags = {a.node.thread_tag: a for a in chain}
     if set(tags) != {"blockIdx.x", "blockIdx.y", "threadIdx.x"} \
-            or not all(isinstance(a.value, tirx.IntImm) for a in tags.values()) \
-            or int(tags["blockIdx.y"].value.value) != 1:
+            or not all(isinstance(a.value, tirx.IntImm) for a in tags.values()):
         return None
     bx, by = tags["blockIdx.x"].node.var, tags["blockIdx.y"].node.var
     allocs, fill, loop, epilogue = [], None, None, None
@@ -119,9 +145,12 @@ def _plan(func):
     M, K = (int(s) for s in a_g.shape)
     N = int(b_g.shape[0 if g.trans_b else 1])
     bm, bn, bk = g.M, g.N, g.K
-    m = (M + 15) // 16 * 16
-    if M > MAX_ROWS or bm < 2 * m or str(a_g.dtype) != str(a_s.dtype) or str(b_g.dtype) != str(b_s.dtype) \
+    if str(a_g.dtype) != str(a_s.dtype) or str(b_g.dtype) != str(b_s.dtype) \
             or int(b_g.shape[1 if g.trans_b else 0]) != K:
+        return None
+    gx, gy = int(tags["blockIdx.x"].value.value), int(tags["blockIdx.y"].value.value)
+    tiling = _tiling(M, N, bm, gx * gy, target)
+    if tiling is None:
         return None
     k = loop.loop_var
     b_mins = [bx * bn, k * bk] if g.trans_b else [k * bk, bx * bn]
@@ -133,11 +162,24 @@ def _plan(func):
           and fill.dst.buffer.same_as(c_l) and fill.dst.is_whole() and _is_zero(fill.value)
           and isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0
           and _equal(loop.extent, (K + bk - 1) // bk)
-          and int(tags["blockIdx.x"].value.value) == (N + bn - 1) // bn)
+          and gx == (N + bn - 1) // bn and gy == (M + bm - 1) // bm)
     if not ok:
         return None
     return _Plan(chain=chain, bx=bx, by=by, k=k, a_s=a_s, b_s=b_s, c_l=c_l, a_g=a_g, b_g=b_g, c_g=c_g,
-                 trans_b=g.trans_b, M=M, N=N, K=K, m=m, written=(bm, bn, bk, int(tags["threadIdx.x"].value.value)))
+                 trans_b=g.trans_b, M=M, N=N, K=K, tiling=tiling,
+                 written=(bm, bn, bk, int(tags["threadIdx.x"].value.value)))
+
+
+def _tiling(M, N, bm, blocks, target):
+    """The swapped tiling for M x N written in row blocks of `bm` on `blocks` blocks, or None."""
+    if M <= MAX_ROWS:
+        m = (M + 15) // 16 * 16
+        return FEW_ROWS._replace(rows=m) if bm >= 2 * m else None
+    t = ROW_BLOCKS
+    swapped = (M + t.rows - 1) // t.rows * ((N + t.columns - 1) // t.columns)
+    if M <= MAX_ROW_BLOCKS_ROWS and blocks < swapped <= multiprocessors(target):
+        return t
+    return None
 
 
 def _tile_op(stmt):
@@ -160,46 +202,58 @@ def _is_zero(value):
 
 def _rebuild(func, p):
     """The swapped program of plan `p` and the note saying what it is."""
+    t = p.tiling
     dtype = str(p.a_s.dtype)
-    stage_bytes = (p.m * K_STEP + K_STEP * COLUMNS) * tvm.DataType(dtype).bits // 8
-    stages = max(2, min(MAX_STAGES, MAX_RING_BYTES // stage_bytes))
-    a_s = tirx.decl_buffer((p.m, K_STEP), dtype, p.a_s.name, scope=str(p.a_s.scope()))
-    b_shape = (COLUMNS, K_STEP) if p.trans_b else (K_STEP, COLUMNS)
+    stage_bytes = (t.rows * t.k_step + t.k_step * t.columns) * tvm.DataType(dtype).bits // 8
+    stages = max(2, min(t.max_stages, t.max_ring // stage_bytes))
+    a_s = tirx.decl_buffer((t.rows, t.k_step), dtype, p.a_s.name, scope=str(p.a_s.scope()))
+    b_shape = (t.columns, t.k_step) if p.trans_b else (t.k_step, t.columns)
     b_s = tirx.decl_buffer(b_shape, dtype, p.b_s.name, scope=str(p.b_s.scope()))
-    ct = tirx.decl_buffer((COLUMNS, p.m), "float32", f"{p.c_l.name}_T", scope=str(p.c_l.scope()))
-    bx, by, k = p.bx, p.by, p.k
-    b_mins = [bx * COLUMNS, k * K_STEP] if p.trans_b else [k * K_STEP, bx * COLUMNS]
+    ct = tirx.decl_buffer((t.columns, t.rows), "float32", f"{p.c_l.name}_T", scope=str(p.c_l.scope()))
+    # the block's row block r and column block c: the launch's x and y (swapped with row blocks on x)
+    r, c = (p.bx, p.by) if t.row_blocks_on_x else (p.by, p.bx)
+    k = p.k
+    b_mins = [c * t.columns, k * t.k_step] if p.trans_b else [k * t.k_step, c * t.columns]
     step = tirx.SeqStmt([
-        tirx.Evaluate(copy_call(Region(p.a_g, [by * p.m, k * K_STEP], [p.m, K_STEP]), Region.full(a_s))),
+        tirx.Evaluate(copy_call(Region(p.a_g, [r * t.rows, k * t.k_step], [t.rows, t.k_step]), Region.full(a_s))),
         tirx.Evaluate(copy_call(Region(p.b_g, b_mins, list(b_shape)), Region.full(b_s))),
         tirx.Evaluate(gemm_call(Region.full(b_s), Region.full(a_s), Region.full(ct), not p.trans_b, True)),
     ])
-    loop = tirx.For(k, 0, (p.K + K_STEP - 1) // K_STEP, tirx.ForKind.SERIAL, step,
+    loop = tirx.For(k, 0, (p.K + t.k_step - 1) // t.k_step, tirx.ForKind.SERIAL, step,
                     annotations={NUM_STAGES: stages})
-    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
-    row, col = by * p.m + i, bx * COLUMNS + j
-    store = tirx.BufferStore(p.c_g, tirx.Cast(str(p.c_g.dtype), tirx.BufferLoad(ct, [j, i])), [row, col])
-    inside = tirx.And(row < p.M, col < p.N)
-    epilogue = tirx.For(j, 0, COLUMNS, tirx.ForKind.PARALLEL,
-                        tirx.For(i, 0, p.m, tirx.ForKind.PARALLEL, tirx.IfThenElse(inside, store, None)))
     items = [tirx.AllocBuffer(a_s), tirx.AllocBuffer(b_s), tirx.AllocBuffer(ct),
-             tirx.Evaluate(fill_call(Region.full(ct), 0.0)), loop, epilogue]
+             tirx.Evaluate(fill_call(Region.full(ct), 0.0)), loop]
+    i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
+    value = tirx.Cast(str(p.c_g.dtype), tirx.BufferLoad(ct, [j, i]))
+    if t.staged:  # C^T -> a (rows, columns) shared tile of C -> C (a TMA store on sm90 clips the ragged edges)
+        c_s = tirx.decl_buffer((t.rows, t.columns), str(p.c_g.dtype), f"{p.c_l.name}_s", scope="shared.dyn")
+        store = tirx.BufferStore(c_s, value, [i, j])
+        items += [tirx.AllocBuffer(c_s), _nest(j, t.columns, i, t.rows, store),
+                  tirx.Evaluate(copy_call(Region.full(c_s), Region(p.c_g, [r * t.rows, c * t.columns],
+                                                                   [t.rows, t.columns])))]
+    else:
+        row, col = r * t.rows + i, c * t.columns + j
+        store = tirx.BufferStore(p.c_g, value, [row, col])
+        items.append(_nest(j, t.columns, i, t.rows, tirx.IfThenElse(tirx.And(row < p.M, col < p.N), store, None)))
+    row_blocks, col_blocks = (p.M + t.rows - 1) // t.rows, (p.N + t.columns - 1) // t.columns
+    extents = {"blockIdx.x": row_blocks if t.row_blocks_on_x else col_blocks,
+               "blockIdx.y": col_blocks if t.row_blocks_on_x else row_blocks, "threadIdx.x": THREADS}
     body = tirx.SeqStmt(items)
-    gx = (p.N + COLUMNS - 1) // COLUMNS
     for a in reversed(p.chain):
         tag = a.node.thread_tag
-        extent = {"blockIdx.x": gx, "threadIdx.x": THREADS}.get(tag)
-        if extent is None:
-            body = tirx.AttrStmt(a.node, a.attr_key, a.value, body)
-        else:
-            iv = tirx.IterVar(tvm.ir.Range(0, extent), a.node.var, a.node.iter_type, tag)
-            body = tirx.AttrStmt(iv, a.attr_key, tirx.const(extent, "int32"), body)
-    launch = p.chain[0]
-    new = func.with_body(_replace(func.body, launch, body))
+        iv = tirx.IterVar(tvm.ir.Range(0, extents[tag]), a.node.var, a.node.iter_type, tag)
+        body = tirx.AttrStmt(iv, a.attr_key, tirx.const(extents[tag], "int32"), body)
+    new = func.with_body(_replace(func.body, p.chain[0], body))
     bm, bn, bk, threads = p.written
-    note = (f"A has {p.M} rows: {bm}x{bn}x{bk} blocks of {threads} threads -> C^T tiles of {COLUMNS}x{p.m}, "
-            f"K step {K_STEP}, {stages} stages, {gx} blocks of {THREADS} threads")
+    note = (f"A has {p.M} rows: {bm}x{bn}x{bk} blocks of {threads} threads -> C^T tiles of {t.columns}x{t.rows}, "
+            f"K step {t.k_step}, {stages} stages, {row_blocks * col_blocks} blocks of {THREADS} threads"
+            + (", row blocks on x, C staged in shared memory" if t.staged else ""))
     return new, note
+
+
+def _nest(j, columns, i, rows, body):
+    """``for j, i in T.Parallel(columns, rows): body``."""
+    return tirx.For(j, 0, columns, tirx.ForKind.PARALLEL, tirx.For(i, 0, rows, tirx.ForKind.PARALLEL, body))
 
 
 def _replace(body, old, new):
