@@ -9,14 +9,15 @@ from tilex.kernels.gemm import matmul
 from tilex.transform.hopper.stream_k import stream_k_pays
 
 SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-SK = {"tilex.num_sms": 132, "tilex.stream_k": 1}
+# (the skinny GEMMs below would otherwise run as transposed tiles: transform/swap_skinny_gemm.py)
+SK = {"tilex.num_sms": 132, "tilex.stream_k": 1, "tilex.disable_skinny_swap": True}
 
 
 def _script(func, **cfg):
     return lower_to_tir(func, SM90, {**SK, **cfg})["main"].script()
 
 
-AUTO = {"tilex.num_sms": 132, "tilex.stream_k": "auto"}
+AUTO = {"tilex.num_sms": 132, "tilex.stream_k": "auto", "tilex.disable_skinny_swap": True}
 
 
 def test_off_by_default():
@@ -40,7 +41,7 @@ def test_cost_rule_shares_a_skinny_gemm_among_every_multiprocessor():
     assert "for tile_c_sk in range(((blockIdx_x + 1) * 4096 // 132 - 1) // 128" in script
     # without stream-K: one block per tile, as written
     script = lower_to_tir(matmul(128, 8192, 8192, 128, 256, 64, 3, 256), SM90,
-                          {"tilex.num_sms": 132, "tilex.stream_k": 0})["main"].script()
+                          {**AUTO, "tilex.stream_k": 0})["main"].script()
     assert "streamk" not in script and 'T.launch_thread("blockIdx.x", 32)' in script
 
 

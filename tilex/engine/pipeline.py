@@ -41,6 +41,7 @@ from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
 from tilex.transform.hopper.warp_specialize import warp_specialize
 from tilex.transform.coarsen_blocks import coarsen_blocks
+from tilex.transform.deepen_pipeline import deepen_pipeline
 from tilex.transform.layout_inference import layout_inference
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.rasterization import choose_rasterization
@@ -81,6 +82,7 @@ def _tile_passes(func, target):
     func = register_operand(func, target)
     func = swap_skinny_gemm(func, target)
     func = coarsen_blocks(func, target)
+    func = deepen_pipeline(func, target)
     func = stage_through_shared(func, target)
     func = inject_pipeline(func, target)
     func = stage_epilogue(func, target)

@@ -105,7 +105,7 @@ def _shapes(widen):
     return ", ".join(out)
 
 
-def _gemm_program(func, one_warpgroup=True):
+def gemm_program(func, one_warpgroup=True):
     """(kernel info, launch chain, tile ops, the gemm) of a program this pass may rewrite (`one_warpgroup`: a
     block of THREADS threads on ROWS rows), else None."""
     info = kernel_info(func)
@@ -127,13 +127,13 @@ def _gemm_program(func, one_warpgroup=True):
 def _k_plan(func):
     """(the T.Pipelined loop, {buffer: dimension to double}) when two of the gemm's K steps fit in MIN_K_BITS,
     else None: two iterations then load and multiply as one."""
-    found = _gemm_program(func, one_warpgroup=False)
+    found = gemm_program(func, one_warpgroup=False)
     if found is None:
         return None
     _, chain, ops, g = found
-    if 2 * _k_bits(g) > MIN_K_BITS:
+    if 2 * k_bits(g) > MIN_K_BITS:
         return None
-    loops = _pipelined_loops(chain[-1].body)
+    loops = pipelined_loops(chain[-1].body)
     if len(loops) != 1:
         return None
     loop = loops[0]
@@ -155,7 +155,7 @@ def _k_plan(func):
     return loop, widen
 
 
-def _k_bits(gemm):
+def k_bits(gemm):
     """Bits of one row of the gemm's A tile along K: the pipeline's K step."""
     return gemm.K * tvm.DataType(str(gemm.A.buffer.dtype)).bits
 
@@ -163,7 +163,7 @@ def _k_bits(gemm):
 def _plan(func, target):
     """(the bx var, {buffer: dimension to double}, the launch chain, {T.Parallel nest: its column loop var} for
     the nests that double) or None."""
-    found = _gemm_program(func)
+    found = gemm_program(func)
     if found is None:
         return None
     _, chain, ops, g = found
@@ -174,7 +174,7 @@ def _plan(func, target):
     gx, gy = int(tags["blockIdx.x"].value.value), int(tags["blockIdx.y"].value.value)
     if (gx + 1) // 2 * gy < multiprocessors(target):
         return None
-    if g.N > 128 or _k_bits(g) < MIN_K_BITS:
+    if g.N > 128 or k_bits(g) < MIN_K_BITS:
         return None
     bx = tags["blockIdx.x"].node.var
     widen = {g.C.buffer: 1, g.B.buffer: 0 if g.trans_b else 1}
@@ -184,7 +184,7 @@ def _plan(func, target):
     columns = {op.loop: _nest_column(op, bx, g.N, widen) for op in ops if isinstance(op, ParallelOp)}
     if any(c is False for c in columns.values()):
         return None
-    stages = [int(f.annotations[NUM_STAGES]) for f in _pipelined_loops(chain[-1].body)] or [1]
+    stages = [int(f.annotations[NUM_STAGES]) for f in pipelined_loops(chain[-1].body)] or [1]
     if stages[0] * (buffer_bytes(g.A.buffer) + 2 * buffer_bytes(g.B.buffer)) > MAX_RING_BYTES:
         return None
     return bx, widen, chain, {nest: c for nest, c in columns.items() if c is not None}
@@ -286,7 +286,8 @@ def _widen_nest(loop, column, var, new_var, wide):
     return body
 
 
-def _pipelined_loops(stmt):
+def pipelined_loops(stmt):
+    """The T.Pipelined loops (``tilex.num_stages`` annotated) in `stmt`."""
     loops = []
     walk(stmt, (tirx.For, lambda f: loops.append(f) if NUM_STAGES in f.annotations else None))
     return loops

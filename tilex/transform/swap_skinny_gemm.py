@@ -4,13 +4,13 @@ C^T = B^T A^T, in narrow blocks of one warpgroup with a deep pipeline.
 Consumes: a tile program on an sm90 target that warp-specializes, written as a plain GEMM and nothing else: a static
 grid of ``(ceil(N / bn), ceil(M / bm))`` blocks; shared tiles ``A_s (bm, bk)`` and ``B_s (bk, bn)`` (``(bn, bk)``
 with ``transpose_B``) of one 16-bit type and a float32 fragment ``C_l (bm, bn)``; ``T.clear(C_l)``; one T.Pipelined
-loop over ``ceil(K / bk)`` steps whose body copies ``A[by * bm, k * bk]`` and B's tile ``k`` of column block ``bx``
-and runs ``T.gemm(A_s, B_s, C_l)``; then ``T.copy(C_l, C[by * bm, bx * bn])`` (an optional ``T.use_swizzle`` is
-dropped). It applies to A of
+loop (no explicit schedule) over ``ceil(K / bk)`` steps whose body copies ``A[by * bm, k * bk]`` and B's tile ``k``
+of column block ``bx`` and runs ``T.gemm(A_s, B_s, C_l)``; then ``T.copy(C_l, C[by * bm, bx * bn])`` (an optional
+``T.use_swizzle`` is dropped). It applies to A of
 * at most MAX_ROWS rows, when ``bm`` is at least twice A's rows rounded up to 16 (``m``): most of each MMA would
   multiply padding. Tiling FEW_ROWS: one row block of ``m`` rows, 64 columns of C per block;
-* at most MAX_ROW_BLOCKS_ROWS rows, when the tiling ROW_BLOCKS gives more blocks than written, all in one wave
-  (at most one per multiprocessor): row blocks of 64 on the grid's x axis (the blocks reading one tile of B run
+* at most MAX_ROW_BLOCKS_ROWS rows, when the tiling ROW_BLOCKS gives at least twice the blocks written, all in
+  one wave (at most one per multiprocessor): row blocks of 64 on the grid's x axis (the blocks reading one tile of B run
   side by side), 128 columns of C per block.
 Produces: the same results from blocks of THREADS threads: the accumulator ``C_l_T (columns, rows)`` of
 ``T.gemm(B_s, A_s, C_l_T, transpose_A=not transpose_B, transpose_B=True)`` (N fills the 64-row side of the
@@ -67,7 +67,7 @@ THREADS = 128
 #: A of at most MAX_ROWS rows, all in one block (rounded up to 16): 64 columns of C per block.
 MAX_ROWS = 64
 FEW_ROWS = Tiling(16, 64, 128, 8, 160 * 1024, False, False)
-#: A of up to MAX_ROW_BLOCKS_ROWS rows: row blocks of 64, when they make more blocks than written and one wave.
+#: A of up to MAX_ROW_BLOCKS_ROWS rows: row blocks of 64, when they make twice the blocks written, in one wave.
 MAX_ROW_BLOCKS_ROWS = 128
 ROW_BLOCKS = Tiling(64, 128, 64, 8, 192 * 1024, True, True)
 
@@ -110,7 +110,8 @@ def _plan(func, target):
             allocs.append(stmt.buffer)
         elif isinstance(stmt, tirx.Evaluate) and is_op_call(stmt.value, USE_SWIZZLE_OP):
             continue
-        elif isinstance(stmt, tirx.For) and NUM_STAGES in stmt.annotations and loop is None:
+        # the T.Pipelined loop, without an explicit schedule (tilex.pipeline_stage / order)
+        elif isinstance(stmt, tirx.For) and set(stmt.annotations) == {NUM_STAGES} and loop is None:
             loop = stmt
         elif isinstance(stmt, tirx.Evaluate) and isinstance(op := _tile_op(stmt), FillOp) and fill is None \
                 and loop is None:
@@ -177,7 +178,7 @@ def _tiling(M, N, bm, blocks, target):
         return FEW_ROWS._replace(rows=m) if bm >= 2 * m else None
     t = ROW_BLOCKS
     swapped = (M + t.rows - 1) // t.rows * ((N + t.columns - 1) // t.columns)
-    if M <= MAX_ROW_BLOCKS_ROWS and blocks < swapped <= multiprocessors(target):
+    if M <= MAX_ROW_BLOCKS_ROWS and 2 * blocks <= swapped <= multiprocessors(target):
         return t
     return None
 
