@@ -113,7 +113,10 @@ def _relu(M, N, K):
                                                  (5, 4096, 2048, "bfloat16", False), (33, 4096, 1024, "float16", True),
                                                  (64, 2112, 4096, "bfloat16", True),
                                                  (128, 8192, 4096, "float16", False),
-                                                 (100, 4160, 1024, "bfloat16", True)])
+                                                 (100, 4160, 1024, "bfloat16", True),
+                                                 (24, 4104, 520, "float16", False),  # N: 64-column blocks + 8
+                                                 (120, 4104, 520, "float16", True),
+                                                 (16, 4096, 64, "float16", False)])  # one K step
 def test_swapped_results(M, N, K, dtype, trans_b):
     import torch
 
