@@ -85,11 +85,12 @@ def test_programs_kept_as_written():
     # pinned
     assert _note(_lowered(matmul(16, 8192, 8192, bm=128, bn=256, bk=64, threads=256),
                           **{"tilex.disable_skinny_swap": True})) is None
-    # anything besides the plain GEMM (an epilogue nest)
+    # anything besides the plain GEMM: an epilogue nest, a gemm clearing its accumulator at every K step
     assert _note(_lowered(_relu(16, 8192, 8192))) is None
+    assert _note(_lowered(_relu(16, 8192, 8192, clear_accum=True, relu=False))) is None
 
 
-def _relu(M, N, K):
+def _relu(M, N, K, clear_accum=False, relu=True):
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
         with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
@@ -100,9 +101,10 @@ def _relu(M, N, K):
             for k in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
                 T.copy(A[by * 128, k * 64], A_s)
                 T.copy(B[k * 64, bx * 128], B_s)
-                T.gemm(A_s, B_s, C_l)
-            for i, j in T.Parallel(128, 128):
-                C_l[i, j] = T.max(C_l[i, j], 0)
+                T.gemm(A_s, B_s, C_l, clear_accum=clear_accum)
+            if relu:
+                for i, j in T.Parallel(128, 128):
+                    C_l[i, j] = T.max(C_l[i, j], 0)
             T.copy(C_l, C[by * 128, bx * 128])
 
     return main

@@ -48,7 +48,6 @@ from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
 
 
-
 class Tiling(NamedTuple):
     """A swapped tiling: `rows` of A (the MMA's N side) by `columns` of C per block of THREADS threads, a K step of
     `k_step`, up to `max_stages` stages in `max_ring` bytes; `row_blocks_on_x`: A's row blocks on the grid's x
@@ -95,6 +94,7 @@ class _Plan:
 
 
 def _plan(func, target):
+    """The `_Plan` of a program this pass rewrites (see the module docstring), else None."""
     info = kernel_info(func)
     chain = outer_launch_chain(func.body)
     if info is None or chain is None:
@@ -130,7 +130,8 @@ def _plan(func, target):
         return None
     g = gemms[0]
     a_s, b_s, c_l = g.A.buffer, g.B.buffer, g.C.buffer
-    if g.swapped or g.trans_a or not (is_shared(a_s) and is_shared(b_s) and is_fragment(c_l)) \
+    # (a gemm that clears its accumulator keeps only its last K step: not this GEMM)
+    if g.swapped or g.trans_a or g.clear_accum or not (is_shared(a_s) and is_shared(b_s) and is_fragment(c_l)) \
             or {a_s, b_s, c_l} != set(allocs) or str(c_l.dtype) != "float32" \
             or str(a_s.dtype) != str(b_s.dtype) or str(a_s.dtype) not in ("float16", "bfloat16"):
         return None
