@@ -28,7 +28,7 @@ from tilex import config
 from tilex.ir.names import DEEPENED_PIPELINE_ATTR, NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE
 from tilex.ir.shared_memory import buffer_bytes, shared_usage
 from tilex.ir.visit import map_nodes
-from tilex.op.base import is_global
+from tilex.op.base import is_global, is_shared
 from tilex.op.copy import CopyOp
 from tilex.transform.coarsen_blocks import gemm_program, k_bits, pipelined_loops
 from tilex.transform.hopper.occupancy import fits_block
@@ -51,7 +51,8 @@ def deepen_pipeline(func, target):
     if found is None:
         return func
     info, chain, ops, g = found
-    if info.threads != THREADS or (g.M, g.N) != TILE or k_bits(g) != K_BITS:
+    if info.threads != THREADS or (g.M, g.N) != TILE or k_bits(g) != K_BITS \
+            or not (is_shared(g.A.buffer) and is_shared(g.B.buffer)):
         return func
     loops = pipelined_loops(chain[-1].body)
     if len(loops) != 1:
