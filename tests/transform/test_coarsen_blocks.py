@@ -59,7 +59,9 @@ def test_blocks_kept_as_written():
 def _epilogue(M, N, K, kind):
     """The plain GEMM with an element-wise epilogue in a T.Parallel nest: `kind` "relu" (on the accumulator, then
     a tile copy out), "bias_store" (a bias read from global memory and a bounds-checked store to C), "reversed"
-    (the accumulator's columns read back to front), "block_sum" (a nest that uses bx without touching a tile)."""
+    (the accumulator's columns read back to front), "mirrored" (each block's columns written back to front: the
+    coarsened nest must still send every column to its own block's place), "block_sum" (a nest that uses bx
+    without touching a tile)."""
     @T.prim_func
     def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), Bias: T.Tensor((N,), "float16"),
              C: T.Tensor((M, N), "float16")):
@@ -83,6 +85,9 @@ def _epilogue(M, N, K, kind):
             elif kind == "reversed":
                 for i, j in T.Parallel(128, 128):
                     C[by * 128 + i, bx * 128 + j] = C_l[i, 127 - j]
+            elif kind == "mirrored":
+                for i, j in T.Parallel(128, 128):
+                    C[by * 128 + i, bx * 128 + 127 - j] = C_l[i, j]
             else:
                 for i in T.Parallel(128):
                     C_l[i, 0] = C_l[i, 0] + T.Cast("float32", bx)
@@ -185,26 +190,6 @@ def test_coarsened_results(N, bk):
     torch.testing.assert_close(c, (a.float() @ b.float()).half(), atol=5e-2, rtol=1e-2)
 
 
-def _mirrored_store(M, N, K):
-    """An epilogue that writes each block's columns back to front (column bx * 128 + 127 - j): the coarsened nest
-    must still send every column to its own block's place."""
-    @T.prim_func
-    def main(A: T.Tensor((M, K), "float16"), B: T.Tensor((K, N), "float16"), C: T.Tensor((M, N), "float16")):
-        with T.Kernel(T.ceildiv(N, 128), T.ceildiv(M, 128), threads=128) as (bx, by):
-            A_s = T.alloc_shared((128, 64), "float16")
-            B_s = T.alloc_shared((64, 128), "float16")
-            C_l = T.alloc_fragment((128, 128), "float32")
-            T.clear(C_l)
-            for k in T.Pipelined(T.ceildiv(K, 64), num_stages=3):
-                T.copy(A[by * 128, k * 64], A_s)
-                T.copy(B[k * 64, bx * 128], B_s)
-                T.gemm(A_s, B_s, C_l)
-            for i, j in T.Parallel(128, 128):
-                C[by * 128 + i, bx * 128 + 127 - j] = C_l[i, j]
-
-    return main
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["relu", "bias_store", "gelu_example", "mirrored"])
 def test_coarsened_epilogue_results(kind):
@@ -229,9 +214,9 @@ def test_coarsened_epilogue_results(kind):
         kernel(a, b, bias, c)
         ref = reference(a, b, bias, "gelu")
     elif kind == "mirrored":
-        kernel = tilex.compile(_mirrored_store(M, N - 128, K))  # (whole blocks: the mirror of a ragged one is not)
+        kernel = tilex.compile(_epilogue(M, N - 128, K, kind))  # (whole blocks: the mirror of a ragged one is not)
         c = c[:, :N - 128].contiguous()
-        kernel(a, b[:, :N - 128].contiguous(), c)
+        kernel(a, b[:, :N - 128].contiguous(), bias[:N - 128].contiguous(), c)
         ref = ref[:, :N - 128].reshape(M, -1, 128).flip(-1).reshape(M, -1)
     else:
         kernel = tilex.compile(_epilogue(M, N, K, kind))
