@@ -57,7 +57,7 @@ from tilex.op.parallel import ParallelOp, collect_parallel_nest
 from tilex.op.region import Region
 from tilex.op.registry import parse_tile_op
 from tilex.transform.hopper.occupancy import multiprocessors
-from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
+from tilex.transform.hopper.ws_decision import warp_specialization_on
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
 from tilex.transform.op_collect import collect_tile_ops, is_parallel_nest
 
@@ -74,11 +74,8 @@ MAX_RING_BYTES = 160 * 1024
 
 def coarsen_blocks(func, target):
     """The pass (see the module docstring); `func` unchanged when it does not apply."""
-    if config.get("disable_block_coarsening", False) or target is None \
-            or not target_allows_warp_specialization(target):
-        return func
     # measured on warp-specialized TMA pipelines only
-    if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
+    if config.get("disable_block_coarsening", False) or not warp_specialization_on(target):
         return func
     notes = []
     plan = _k_plan(func)

@@ -32,7 +32,7 @@ from tilex.op.base import is_global, is_shared
 from tilex.op.copy import CopyOp
 from tilex.transform.coarsen_blocks import gemm_program, k_bits, pipelined_loops
 from tilex.transform.hopper.occupancy import fits_block
-from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
+from tilex.transform.hopper.ws_decision import warp_specialization_on
 
 #: The ring's depth this pass gives the loop.
 DEPTH = 4
@@ -42,10 +42,8 @@ THREADS, TILE, K_BITS = 256, (128, 256), 128 * 8
 
 def deepen_pipeline(func, target):
     """The pass (see the module docstring); `func` unchanged when it does not apply."""
-    if config.get("disable_pipeline_deepening", False) or target is None \
-            or not target_allows_warp_specialization(target):
-        return func
-    if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
+    # measured on warp-specialized TMA pipelines only
+    if config.get("disable_pipeline_deepening", False) or not warp_specialization_on(target):
         return func
     found = gemm_program(func, one_warpgroup=False)
     if found is None:

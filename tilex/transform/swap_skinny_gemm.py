@@ -29,6 +29,7 @@ and 128 x 28672 x 8192, whose 448 swapped blocks take four waves (128x256 as wri
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import tvm
@@ -44,7 +45,7 @@ from tilex.op.gemm import GemmOp, gemm_call
 from tilex.op.region import Region
 from tilex.op.registry import parse_tile_op
 from tilex.transform.hopper.occupancy import multiprocessors
-from tilex.transform.hopper.ws_decision import target_allows_warp_specialization
+from tilex.transform.hopper.ws_decision import warp_specialization_on
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
 
 
@@ -73,11 +74,8 @@ ROW_BLOCKS = Tiling(64, 128, 64, 8, 192 * 1024, True, True)
 
 def swap_skinny_gemm(func, target):
     """The pass (see the module docstring); `func` unchanged when it does not apply."""
-    if config.get("disable_skinny_swap", False) or target is None \
-            or not target_allows_warp_specialization(target):
-        return func
     # measured on warp-specialized TMA pipelines only
-    if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
+    if config.get("disable_skinny_swap", False) or not warp_specialization_on(target):
         return func
     plan = _plan(func, target)
     if plan is None:
@@ -86,15 +84,9 @@ def swap_skinny_gemm(func, target):
     return new.with_attr(SWAPPED_SKINNY_GEMM_ATTR, note)
 
 
-class _Plan:
-    """What `_plan` found: the launch chain, the tiles, the gemm and its global operands, and the sizes."""
-
-    def __init__(self, **kw):
-        self.__dict__.update(kw)
-
-
 def _plan(func, target):
-    """The `_Plan` of a program this pass rewrites (see the module docstring), else None."""
+    """What this pass needs of a program it rewrites (see the module docstring: the launch chain, the tiles, the
+    gemm's global operands, the sizes, the tiling), else None."""
     info = kernel_info(func)
     chain = outer_launch_chain(func.body)
     if info is None or chain is None:
@@ -167,9 +159,9 @@ def _plan(func, target):
           and gx == (N + bn - 1) // bn and gy == (M + bm - 1) // bm)
     if not ok:
         return None
-    return _Plan(chain=chain, bx=bx, by=by, k=k, a_s=a_s, b_s=b_s, c_l=c_l, a_g=a_g, b_g=b_g, c_g=c_g,
-                 trans_b=g.trans_b, M=M, N=N, K=K, tiling=tiling,
-                 written=(bm, bn, bk, int(tags["threadIdx.x"].value.value)))
+    return SimpleNamespace(chain=chain, bx=bx, by=by, k=k, a_s=a_s, b_s=b_s, c_l=c_l, a_g=a_g, b_g=b_g, c_g=c_g,
+                           trans_b=g.trans_b, M=M, N=N, K=K, tiling=tiling,
+                           written=(bm, bn, bk, int(tags["threadIdx.x"].value.value)))
 
 
 def _tiling(M, N, bm, blocks, target):

@@ -34,11 +34,17 @@ def target_allows_warp_specialization(target) -> bool:
     return all(supports(target, f) for f in WS_FEATURES)
 
 
-def warp_specializable(ctx, loop, plan) -> bool:
-    """Whether `loop` (with its derived `plan`, in the kernel of pipelining context `ctx`) is warp-specialized."""
+def warp_specialization_on(target) -> bool:
+    """Whether kernels for `target` may be warp-specialized on TMA pipelines: the target has the features and
+    neither ``tilex.disable_warp_specialized`` nor ``tilex.disable_tma`` is set."""
     if config.get("disable_warp_specialized", False) or config.get("disable_tma", False):
         return False
-    if not target_allows_warp_specialization(ctx.target):
+    return target is not None and target_allows_warp_specialization(target)
+
+
+def warp_specializable(ctx, loop, plan) -> bool:
+    """Whether `loop` (with its derived `plan`, in the kernel of pipelining context `ctx`) is warp-specialized."""
+    if not warp_specialization_on(ctx.target):
         return False
     if ctx.threads is None or loop not in ctx.top_level or not any(ctx.is_wgmma_gemm(c) for c in plan.consumers):
         return False
