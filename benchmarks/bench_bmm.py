@@ -1,7 +1,7 @@
 """Batched GEMM as TileLang users write it (a 3-d grid, ``T.copy(C_l, C[bz, by * bm, bx * bn])``) against
 ``torch.bmm``: the epilogue as the compiler stages it (a shared tile and rank-3 TMA stores, StageEpilogue) and
-pinned to per-thread stores (``tilex.disable_staged_epilogue``). Ratios are torch time / tilex time from 5
-alternating rounds (best of each), after a 3 s warm-up.
+pinned to per-thread stores (``tilex.disable_staged_epilogue``). Ratios are torch time / tilex time timed call
+by call in turn (bench_gemm.alternate: medians), after a 3 s warm-up.
 """
 import argparse
 

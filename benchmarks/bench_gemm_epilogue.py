@@ -3,7 +3,7 @@
 The program as the example writes it (128x128x64 blocks of 128 threads), compiled as is (CoarsenBlocks pairs its
 blocks into 128x256 blocks of two warpgroups) and pinned (``tilex.disable_block_coarsening``); PyTorch runs
 ``act(a @ b + bias)`` eagerly, and cuBLAS's bare ``a @ b`` is the floor no fused kernel has to beat. Ratios are
-torch time / tilex time from 5 alternating rounds (best of each), after a 3 s warm-up.
+torch time / tilex time timed call by call in turn (bench_gemm.alternate: medians), after a 3 s warm-up.
 """
 import argparse
 import os
