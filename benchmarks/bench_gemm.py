@@ -44,7 +44,7 @@ PASS_CONFIGS = {}
 #: How many of the configs (by their per-config do_bench lines) go on to the alternation for the best-of column.
 FINALISTS = 3
 ALL_SHAPES = ["4096x4096x4096", "8192x8192x8192", "4096x28672x8192", "8192x8192x1024", "128x8192x8192",
-              "16x8192x8192"]  # --all (with fp16 and bf16)
+              "16x8192x8192", "8192x128x8192", "4096x256x4096"]  # --all (with fp16 and bf16)
 
 
 def plain_program(M, N, K, dtype, bm, bn, bk, threads, stages=3, panel=10):

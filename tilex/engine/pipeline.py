@@ -3,7 +3,10 @@
     T.prim_func (tile ops, T.Parallel, T.Pipelined)
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
       -> RegisterOperand           (opt in) a tile one T.Parallel writes for one T.gemm -> the MMA's register operand
+      -> SwapSkinnyGemm            (sm90) a plain GEMM with few rows of A -> C^T tiles in narrow, deep blocks
+      -> NarrowSkinnyGemm          (sm90) a plain GEMM with 64..256 columns of B -> 64-row blocks, deep pipeline
       -> CoarsenBlocks             (sm90) a one-warpgroup 128 x N<=128 GEMM block runs with its neighbour as 128 x 2N
+      -> DeepenPipeline            (sm90) a 128 x 256 GEMM block written with < 4 stages runs 4 when they fit
       -> InjectSoftwarePipeline    multi-buffered shared tiles; cp.async pipeline, explicit schedule, or (sm90)
                                    TMA producer / wgmma consumer loops (transform/pipeline/, transform/hopper/)
       -> StageEpilogue             (sm90, warp-specialized) fragment -> global epilogue copies through a swizzled
@@ -43,6 +46,7 @@ from tilex.transform.hopper.warp_specialize import warp_specialize
 from tilex.transform.coarsen_blocks import coarsen_blocks
 from tilex.transform.deepen_pipeline import deepen_pipeline
 from tilex.transform.layout_inference import layout_inference
+from tilex.transform.narrow_skinny_gemm import narrow_skinny_gemm
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.rasterization import choose_rasterization
 from tilex.transform.register_operand import register_operand
@@ -81,6 +85,7 @@ def _tile_passes(func, target):
     func = canonicalize(func)
     func = register_operand(func, target)
     func = swap_skinny_gemm(func, target)
+    func = narrow_skinny_gemm(func, target)
     func = coarsen_blocks(func, target)
     func = deepen_pipeline(func, target)
     func = stage_through_shared(func, target)

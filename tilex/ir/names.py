@@ -43,6 +43,8 @@ STAGED_EPILOGUES_ATTR = "tilex.staged_epilogues"
 COARSENED_BLOCKS_ATTR = "tilex.coarsened_blocks"
 #: function attribute, a note (str) on what transform.swap_skinny_gemm chose for a GEMM of few rows of A.
 SWAPPED_SKINNY_GEMM_ATTR = "tilex.swapped_skinny_gemm"
+#: function attribute, a note (str) on the tiling transform.narrow_skinny_gemm chose for a GEMM of few columns of B.
+NARROWED_SKINNY_GEMM_ATTR = "tilex.narrowed_skinny_gemm"
 #: function attribute, a note (str) on the pipeline depth transform.deepen_pipeline gave a GEMM loop.
 DEEPENED_PIPELINE_ATTR = "tilex.deepened_pipeline"
 #: function attribute, a note (str) on the rasterization panel transform.rasterization chose for a kernel without

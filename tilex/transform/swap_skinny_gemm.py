@@ -1,12 +1,8 @@
 """SwapSkinnyGemm (tile level, before CoarsenBlocks): a GEMM whose A has few rows computes transposed tiles,
 C^T = B^T A^T, in narrow blocks of one warpgroup with a deep pipeline.
 
-Consumes: a tile program on an sm90 target that warp-specializes, written as a plain GEMM and nothing else: a static
-grid of ``(ceil(N / bn), ceil(M / bm))`` blocks; shared tiles ``A_s (bm, bk)`` and ``B_s (bk, bn)`` (``(bn, bk)``
-with ``transpose_B``) of one 16-bit type and a float32 fragment ``C_l (bm, bn)``; ``T.clear(C_l)``; one T.Pipelined
-loop (no explicit schedule) over ``ceil(K / bk)`` steps whose body copies ``A[by * bm, k * bk]`` and B's tile ``k``
-of column block ``bx`` and runs ``T.gemm(A_s, B_s, C_l)``; then ``T.copy(C_l, C[by * bm, bx * bn])`` (an optional
-``T.use_swizzle`` is dropped). It applies to A of
+Consumes: a tile program on an sm90 target that warp-specializes, written as a plain GEMM and nothing else
+(:mod:`tilex.transform.plain_gemm`). It applies to A of
 * at most MAX_ROWS rows, when ``bm`` is at least twice A's rows rounded up to 16 (``m``): most of each MMA would
   multiply padding. Tiling FEW_ROWS: one row block of ``m`` rows, 64 columns of C per block;
 * at most MAX_ROW_BLOCKS_ROWS rows, when the tiling ROW_BLOCKS gives at least twice the blocks written, all in
@@ -29,24 +25,20 @@ and 128 x 28672 x 8192, whose 448 swapped blocks take four waves (128x256 as wri
 """
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import NamedTuple
 
 import tvm
 from tvm import tirx
 
 from tilex import config
-from tilex.ir.names import NUM_STAGES, SWAPPED_SKINNY_GEMM_ATTR, USE_SWIZZLE_OP
-from tilex.ir.visit import is_op_call, map_nodes, seq_items
-from tilex.op.base import is_fragment, is_global, is_shared
-from tilex.op.copy import CopyOp, copy_call
-from tilex.op.fill import FillOp, fill_call
-from tilex.op.gemm import GemmOp, gemm_call
+from tilex.ir.names import NUM_STAGES, SWAPPED_SKINNY_GEMM_ATTR
+from tilex.op.copy import copy_call
+from tilex.op.fill import fill_call
+from tilex.op.gemm import gemm_call
 from tilex.op.region import Region
-from tilex.op.registry import parse_tile_op
 from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import warp_specialization_on
-from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
+from tilex.transform.plain_gemm import plain_gemm, replace_launch
 
 
 class Tiling(NamedTuple):
@@ -85,83 +77,12 @@ def swap_skinny_gemm(func, target):
 
 
 def _plan(func, target):
-    """What this pass needs of a program it rewrites (see the module docstring: the launch chain, the tiles, the
-    gemm's global operands, the sizes, the tiling), else None."""
-    info = kernel_info(func)
-    chain = outer_launch_chain(func.body)
-    if info is None or chain is None:
+    """The plain GEMM's parts (`plain_gemm.plain_gemm`) with the swapped ``tiling`` it gets, else None."""
+    p = plain_gemm(func)
+    if p is None:
         return None
-    tags = {a.node.thread_tag: a for a in chain}
-    if set(tags) != {"blockIdx.x", "blockIdx.y", "threadIdx.x"} \
-            or not all(isinstance(a.value, tirx.IntImm) for a in tags.values()):
-        return None
-    bx, by = tags["blockIdx.x"].node.var, tags["blockIdx.y"].node.var
-    allocs, fill, loop, epilogue = [], None, None, None
-    for stmt in seq_items(chain[-1].body):
-        if isinstance(stmt, tirx.AllocBuffer):
-            allocs.append(stmt.buffer)
-        elif isinstance(stmt, tirx.Evaluate) and is_op_call(stmt.value, USE_SWIZZLE_OP):
-            continue
-        # the T.Pipelined loop, without an explicit schedule (tilex.pipeline_stage / order)
-        elif isinstance(stmt, tirx.For) and set(stmt.annotations) == {NUM_STAGES} and loop is None:
-            loop = stmt
-        elif isinstance(stmt, tirx.Evaluate) and isinstance(op := _tile_op(stmt), FillOp) and fill is None \
-                and loop is None:
-            fill = op
-        elif isinstance(stmt, tirx.Evaluate) and isinstance(op := _tile_op(stmt), CopyOp) and epilogue is None \
-                and loop is not None:
-            epilogue = op
-        else:
-            return None
-    if fill is None or loop is None or epilogue is None or len(allocs) != 3:
-        return None
-    body = [_tile_op(s) if isinstance(s, tirx.Evaluate) else None for s in seq_items(loop.body)]
-    gemms = [op for op in body if isinstance(op, GemmOp)]
-    copies = [op for op in body if isinstance(op, CopyOp)]
-    if len(body) != 3 or len(gemms) != 1 or len(copies) != 2:
-        return None
-    g = gemms[0]
-    a_s, b_s, c_l = g.A.buffer, g.B.buffer, g.C.buffer
-    # (a gemm that clears its accumulator keeps only its last K step: not this GEMM)
-    if g.swapped or g.trans_a or g.clear_accum or not (is_shared(a_s) and is_shared(b_s) and is_fragment(c_l)) \
-            or {a_s, b_s, c_l} != set(allocs) or str(c_l.dtype) != "float32" \
-            or str(a_s.dtype) != str(b_s.dtype) or str(a_s.dtype) not in ("float16", "bfloat16"):
-        return None
-    if not (g.A.is_whole() and g.B.is_whole() and g.C.is_whole()):
-        return None
-    loads = {op.dst.buffer: op for op in copies}
-    if set(loads) != {a_s, b_s} or not all(is_global(op.src.buffer) and op.dst.is_whole() for op in copies):
-        return None
-    a_g, b_g = loads[a_s].src.buffer, loads[b_s].src.buffer
-    if len(a_g.shape) != 2 or len(b_g.shape) != 2 or not all(isinstance(s, tirx.IntImm)
-                                                             for s in [*a_g.shape, *b_g.shape]):
-        return None
-    M, K = (int(s) for s in a_g.shape)
-    N = int(b_g.shape[0 if g.trans_b else 1])
-    bm, bn, bk = g.M, g.N, g.K
-    if str(a_g.dtype) != str(a_s.dtype) or str(b_g.dtype) != str(b_s.dtype) \
-            or int(b_g.shape[1 if g.trans_b else 0]) != K:
-        return None
-    gx, gy = int(tags["blockIdx.x"].value.value), int(tags["blockIdx.y"].value.value)
-    tiling = _tiling(M, N, bm, gx * gy, target)
-    if tiling is None:
-        return None
-    k = loop.loop_var
-    b_mins = [bx * bn, k * bk] if g.trans_b else [k * bk, bx * bn]
-    c_g = epilogue.dst.buffer
-    ok = (_at(loads[a_s].src, [by * bm, k * bk], [bm, bk]) and _at(loads[b_s].src, b_mins, list(g.B.extents))
-          and epilogue.src.buffer.same_as(c_l) and epilogue.src.is_whole() and is_global(c_g)
-          and [int(s) if isinstance(s, tirx.IntImm) else -1 for s in c_g.shape] == [M, N]
-          and _at(epilogue.dst, [by * bm, bx * bn], [bm, bn])
-          and fill.dst.buffer.same_as(c_l) and fill.dst.is_whole() and _is_zero(fill.value)
-          and isinstance(loop.min, tirx.IntImm) and int(loop.min.value) == 0
-          and _equal(loop.extent, (K + bk - 1) // bk)
-          and gx == (N + bn - 1) // bn and gy == (M + bm - 1) // bm)
-    if not ok:
-        return None
-    return SimpleNamespace(chain=chain, bx=bx, by=by, k=k, a_s=a_s, b_s=b_s, c_l=c_l, a_g=a_g, b_g=b_g, c_g=c_g,
-                           trans_b=g.trans_b, M=M, N=N, K=K, tiling=tiling,
-                           written=(bm, bn, bk, int(tags["threadIdx.x"].value.value)))
+    p.tiling = _tiling(p.M, p.N, p.written[0], p.blocks, target)
+    return p if p.tiling is not None else None
 
 
 def _tiling(M, N, bm, blocks, target):
@@ -174,24 +95,6 @@ def _tiling(M, N, bm, blocks, target):
     if M <= MAX_ROW_BLOCKS_ROWS and 2 * blocks <= swapped <= multiprocessors(target):
         return t
     return None
-
-
-def _tile_op(stmt):
-    return parse_tile_op(stmt.value) if isinstance(stmt.value, tvm.ir.Call) else None
-
-
-def _equal(a, b):
-    return tvm.sym.Analyzer().can_prove_equal(a, b)
-
-
-def _at(region, mins, extents):
-    """Whether `region` starts at `mins` (provably) with static `extents`."""
-    return len(region.mins) == len(mins) and all(_equal(a, b) for a, b in zip(region.mins, mins)) \
-        and all(_equal(e, x) for e, x in zip(region.extents, extents))
-
-
-def _is_zero(value):
-    return isinstance(value, (tirx.IntImm, tirx.FloatImm)) and float(value.value) == 0.0
 
 
 def _rebuild(func, p):
@@ -237,7 +140,7 @@ def _rebuild(func, p):
         tag = a.node.thread_tag
         iv = tirx.IterVar(tvm.ir.Range(0, extents[tag]), a.node.var, a.node.iter_type, tag)
         body = tirx.AttrStmt(iv, a.attr_key, tirx.const(extents[tag], "int32"), body)
-    new = func.with_body(_replace(func.body, p.chain[0], body))
+    new = func.with_body(replace_launch(func.body, p.chain[0], body))
     bm, bn, bk, threads = p.written
     note = (f"A has {p.M} rows: {bm}x{bn}x{bk} blocks of {threads} threads -> C^T tiles of {t.columns}x{t.rows}, "
             f"K step {t.k_step}, {stages} stages, {row_blocks * col_blocks} blocks of {THREADS} threads"
@@ -248,7 +151,3 @@ def _rebuild(func, p):
 def _nest(j, columns, i, rows, body):
     """``for j, i in T.Parallel(columns, rows): body``."""
     return tirx.For(j, 0, columns, tirx.ForKind.PARALLEL, tirx.For(i, 0, rows, tirx.ForKind.PARALLEL, body))
-
-
-def _replace(body, old, new):
-    return map_nodes(body, (tirx.AttrStmt, lambda x: new if x.same_as(old) else x), order="pre")
