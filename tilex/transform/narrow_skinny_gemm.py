@@ -4,8 +4,8 @@ runs in 64-row blocks of one warpgroup with a deep pipeline, so that its blocks 
 Consumes: a tile program on an sm90 target that warp-specializes, written as a plain GEMM and nothing else
 (:mod:`tilex.transform.plain_gemm`), with MIN_COLUMNS <= N <= MAX_COLUMNS. It applies when the narrow tiling,
 ``64 x w`` blocks (``w`` = 64 for N <= 64, else 128) of 128 threads with a 128-byte K step, makes at least twice
-the blocks written and no more than two per multiprocessor, all in one wave, and its K loop has at least
-MIN_K_STEPS steps.
+the blocks written, no more than two per multiprocessor (all in one wave) with at least MIN_STAGES stages each,
+and its K loop has at least MIN_K_STEPS steps.
 Produces: the same GEMM in that tiling (``A_s (64, bk)``, ``B_s (bk, w)``, ``C_l (64, w)``, the same clear, loop
 and ``T.copy`` epilogue, which StageEpilogue then stages) with as many pipeline stages (at most MAX_STAGES) as
 fit in RING_BYTES shared among the blocks a multiprocessor holds. The function attribute
@@ -14,9 +14,10 @@ fit in RING_BYTES shared among the blocks a multiprocessor holds. The function a
 Why: with N <= 256 the written blocks are few (M / 128: 64 at M = 8192), so half the multiprocessors idle,
 each block with three stages in flight. Measured on the H100 (fp16, ratio to cuBLAS, benchmarks/README.md,
 written as 128x128x64 / 128 -> narrowed): 8192x128x8192 0.742 -> 0.992 (64x128, 8 stages), 4096x256x4096
-0.591 -> 0.952 (64x128, 8 stages), 8192x256x8192 0.781 -> 0.862 (64x128, 4 stages, two blocks per
-multiprocessor), 16384x64x4096 0.933 -> 1.001 (64x64, 6 stages). Not taken: a short K loop (8000x200x1000,
-16 steps: 0.749 -> 0.698 from 128x256 blocks).
+0.591 -> 0.952 (64x128, 8 stages), 16384x64x4096 0.933 -> 1.001 (64x64, 6 stages, two blocks per
+multiprocessor). Not taken: a short K loop (8000x200x1000, 16 steps: 0.749 -> 0.698 from 128x256 blocks), and
+two 64x128 blocks per multiprocessor with 4 stages each (8192x256x8192 0.78 -> 0.89, but 128 blocks of 128x128 with
+6 stages reach 0.95; 8192x192x8192 0.82 -> 0.64).
 """
 from __future__ import annotations
 
@@ -43,6 +44,8 @@ K_STEP_BYTES = 128
 #: Pipeline stages at most, and the shared memory the rings of one multiprocessor's blocks take at most (the
 #: staged epilogue takes the rest).
 MAX_STAGES, RING_BYTES = 8, 200 * 1024
+#: Stages each narrowed block needs at least (two 64x128 blocks per multiprocessor with 4 each: slower).
+MIN_STAGES = 6
 #: K steps the narrowed loop needs at least (a short loop does not pay for the blocks' fixed costs; measured
 #: slower at 16 steps).
 MIN_K_STEPS = 32
@@ -66,7 +69,9 @@ def narrow_skinny_gemm(func, target):
     if -(-p.K // k_step) < MIN_K_STEPS:
         return func
     stage_bytes = (ROWS + width) * k_step * elem_bytes
-    stages = max(2, min(MAX_STAGES, RING_BYTES // per_sm // stage_bytes))
+    stages = min(MAX_STAGES, RING_BYTES // per_sm // stage_bytes)
+    if stages < MIN_STAGES:
+        return func
     new = func.with_body(replace_launch(func.body, p.chain[0], _launch(p, width, k_step, stages)))
     bm, bn, bk, threads = p.written
     note = (f"B has {p.N} columns: {bm}x{bn}x{bk} blocks of {threads} threads ({p.blocks}) -> {ROWS}x{width} "
