@@ -15,7 +15,7 @@ KNOWN = {
     "disable_tma_store": "shared->global tile copies use per-thread stores instead of a TMA store on sm90",
     "disable_block_coarsening": "a one-warpgroup GEMM block of 128 x N <= 128 output keeps its shape instead of running with its right-hand neighbour as one 128 x 2N block of two warpgroups (transform/coarsen_blocks.py)",
     "disable_skinny_swap": "a plain GEMM whose A has few rows (at most 64; up to 128 when that fills more blocks) keeps its blocks instead of computing C^T tiles in 128-thread blocks with a deep pipeline (transform/swap_skinny_gemm.py)",
-    "disable_skinny_narrow": "a plain GEMM whose B has 64 to 256 columns keeps its blocks instead of 64-row blocks of 128 threads with a deep pipeline that fill the multiprocessors (transform/narrow_skinny_gemm.py)",
+    "disable_skinny_narrow": "a plain GEMM whose B has 64 to 256 columns keeps its blocks instead of smaller blocks of 128 threads (64-row, or 128 x 128) with a deep pipeline that fill the multiprocessors (transform/narrow_skinny_gemm.py)",
     "disable_pipeline_deepening": "a two-warpgroup 128 x 256 GEMM block keeps the T.Pipelined depth it was written with instead of 4 stages (transform/deepen_pipeline.py)",
     "disable_staged_epilogue": "a warp-specialized kernel's T.copy(fragment, global) epilogue stores from registers instead of through a swizzled shared tile and TMA stores (T.copy(..., disable_tma=True) pins one copy)",
     "disable_persistent": "warp-specialized kernels launch one block per output tile instead of a persistent grid",

@@ -1,5 +1,5 @@
-"""NarrowSkinnyGemm: a plain GEMM whose B has 64..256 columns runs in 64-row blocks of one warpgroup with a deep
-pipeline when that fills the multiprocessors (IR on the CPU; results on the GPU)."""
+"""NarrowSkinnyGemm: a plain GEMM whose B has 64..256 columns runs in 64-row (or 128 x 128) blocks of one warpgroup
+with a deep pipeline when that fills the multiprocessors (IR on the CPU; results on the GPU)."""
 import pytest
 import tvm
 
@@ -44,8 +44,13 @@ def test_stages_share_shared_memory_between_two_blocks_per_multiprocessor():
     f = _lowered(matmul(16384, 64, 4096, bm=128, bn=256, bk=64, threads=256))
     assert _note(f) == ("B has 64 columns: 128x256x64 blocks of 256 threads (128) -> 64x64 tiles, K step 64, "
                         "6 stages, 256 blocks of 128 threads")
-    # N = 256 at M = 8192: 256 blocks of 64 x 128 would hold 4 stages of 24 KB each (measured slower): as written
-    assert _note(_lowered(matmul(8192, 256, 8192, bm=128, bn=128, bk=64))) is None
+    # N = 256 at M = 8192: 256 blocks of 64 x 128 would hold 4 stages of 24 KB each (measured slower); 128 blocks
+    # of 128 x 128 instead, one per multiprocessor with 6 stages of 32 KB, not paired by CoarsenBlocks
+    f = _lowered(matmul(8192, 256, 8192, bm=128, bn=128, bk=64))
+    assert _note(f) == ("B has 256 columns: 128x128x64 blocks of 128 threads (128) -> 128x128 tiles, K step 64, "
+                        "6 stages, 128 blocks of 128 threads")
+    assert f.attrs.get(COARSENED_BLOCKS_ATTR) is None
+    assert 'T.launch_thread("blockIdx.x", 2)' in f.script() and "tilex::wgmma_m64n128k16" in f.script()
     # at M = 4096, 128 of them take one multiprocessor each, with 8 stages
     assert "-> 64x128 tiles, K step 64, 8 stages, 128 blocks" in _note(_lowered(matmul(4096, 256, 4096, bm=128,
                                                                                     bn=128, bk=64)))
@@ -63,9 +68,9 @@ def test_programs_kept_as_written():
     assert _note(_lowered(matmul(8192, 32, 8192, bm=128, bn=128, bk=64))) is None
     # narrowed blocks would take more than one wave at two per multiprocessor (M = 32768: 512 blocks)
     assert _note(_lowered(matmul(32768, 128, 1024, bm=128, bn=128, bk=64))) is None
-    # fewer than twice the blocks written: already 64-row blocks; 126 blocks of 128 x 128 (250 narrowed)
+    # fewer than 1.5 times the blocks written (already 64-row blocks); more blocks than one wave holds either way
     assert _note(_lowered(matmul(8192, 128, 8192, bm=64, bn=128, bk=64))) is None
-    assert _note(_lowered(matmul(8000, 200, 2080, bm=128, bn=128, bk=64))) is None
+    assert _note(_lowered(matmul(16384, 256, 4096, bm=128, bn=128, bk=64))) is None
     # a short K loop (16 steps: measured slower narrowed)
     assert _note(_lowered(matmul(8000, 200, 1000, bm=128, bn=256, bk=64, threads=256))) is None
     # pinned
@@ -77,6 +82,8 @@ def test_programs_kept_as_written():
 @pytest.mark.parametrize("M,N,K,dtype,trans_b", [(8192, 128, 4096, "float16", False),
                                                  (4096, 256, 2048, "bfloat16", False),
                                                  (4000, 200, 2080, "float16", True),
+                                                 (8000, 200, 2080, "bfloat16", True),  # 128 x 128 tiles
+                                                 (8192, 256, 2048, "float16", False),
                                                  (16384, 64, 2048, "bfloat16", True),
                                                  (6000, 72, 2056, "float16", False)])  # 64 + 8 columns, K % 64
 def test_narrowed_results(M, N, K, dtype, trans_b):

@@ -4,7 +4,7 @@
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
       -> RegisterOperand           (opt in) a tile one T.Parallel writes for one T.gemm -> the MMA's register operand
       -> SwapSkinnyGemm            (sm90) a plain GEMM with few rows of A -> C^T tiles in narrow, deep blocks
-      -> NarrowSkinnyGemm          (sm90) a plain GEMM with 64..256 columns of B -> 64-row blocks, deep pipeline
+      -> NarrowSkinnyGemm          (sm90) a plain GEMM with 64..256 columns of B -> smaller blocks, deep pipeline
       -> CoarsenBlocks             (sm90) a one-warpgroup 128 x N<=128 GEMM block runs with its neighbour as 128 x 2N
       -> DeepenPipeline            (sm90) a 128 x 256 GEMM block written with < 4 stages runs 4 when they fit
       -> InjectSoftwarePipeline    multi-buffered shared tiles; cp.async pipeline, explicit schedule, or (sm90)

@@ -46,7 +46,7 @@ from tvm import tirx
 from tvm.ir import Op
 
 from tilex import config
-from tilex.ir.names import COARSENED_BLOCKS_ATTR, NUM_STAGES, REGION_OP
+from tilex.ir.names import COARSENED_BLOCKS_ATTR, NARROWED_SKINNY_GEMM_ATTR, NUM_STAGES, REGION_OP
 from tilex.ir.shared_memory import buffer_bytes
 from tilex.ir.visit import BufferLoadNode, free_vars, map_nodes, substitute, walk
 from tilex.op.base import is_global
@@ -76,6 +76,9 @@ def coarsen_blocks(func, target):
     """The pass (see the module docstring); `func` unchanged when it does not apply."""
     # measured on warp-specialized TMA pipelines only
     if config.get("disable_block_coarsening", False) or not warp_specialization_on(target):
+        return func
+    # NarrowSkinnyGemm chose these blocks to fill the multiprocessors: pairing them would halve their number
+    if func.attrs is not None and NARROWED_SKINNY_GEMM_ATTR in func.attrs:
         return func
     notes = []
     plan = _k_plan(func)
