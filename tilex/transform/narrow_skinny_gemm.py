@@ -44,7 +44,7 @@ from tilex.op.gemm import gemm_call
 from tilex.op.region import Region
 from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import warp_specialization_on
-from tilex.transform.plain_gemm import plain_gemm, replace_launch
+from tilex.transform.plain_gemm import plain_gemm, relaunch
 
 #: B's columns this pass takes: fewer would leave the MMA's N side mostly padding (not measured); more are not
 #: skinny.
@@ -77,7 +77,7 @@ def narrow_skinny_gemm(func, target):
     if tiling is None:
         return func
     rows, width, stages, blocks = tiling
-    new = func.with_body(replace_launch(func.body, p.chain[0], _launch(p, rows, width, k_step, stages)))
+    new = _retiled(func, p, rows, width, k_step, stages)
     bm, bn, bk, threads = p.written
     note = (f"B has {p.N} columns: {bm}x{bn}x{bk} blocks of {threads} threads ({p.blocks}) -> {rows}x{width} "
             f"tiles, K step {k_step}, {stages} stages, {blocks} blocks of {THREADS} threads")
@@ -106,8 +106,8 @@ def _tiling(p, k_step, slots):
     return None
 
 
-def _launch(p, rows, width, k_step, stages):
-    """The launch of plan `p` retiled: ``(ceil(N / width), ceil(M / rows))`` blocks of THREADS threads."""
+def _retiled(func, p, rows, width, k_step, stages):
+    """`func` with the plain GEMM `p` retiled: ``(ceil(N / width), ceil(M / rows))`` blocks of THREADS threads."""
     dtype = str(p.a_s.dtype)
     a_s = tirx.decl_buffer((rows, k_step), dtype, p.a_s.name, scope=str(p.a_s.scope()))
     b_shape = (width, k_step) if p.trans_b else (k_step, width)
@@ -127,8 +127,4 @@ def _launch(p, rows, width, k_step, stages):
         tirx.Evaluate(copy_call(Region.full(c_l), Region(p.c_g, [by * rows, bx * width], [rows, width]))),
     ])
     extents = {"blockIdx.x": -(-p.N // width), "blockIdx.y": -(-p.M // rows), "threadIdx.x": THREADS}
-    for a in reversed(p.chain):
-        tag = a.node.thread_tag
-        iv = tirx.IterVar(tvm.ir.Range(0, extents[tag]), a.node.var, a.node.iter_type, tag)
-        body = tirx.AttrStmt(iv, a.attr_key, tirx.const(extents[tag], "int32"), body)
-    return body
+    return relaunch(func, p, extents, body)

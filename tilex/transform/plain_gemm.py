@@ -124,6 +124,13 @@ def is_zero(value):
     return isinstance(value, (tirx.IntImm, tirx.FloatImm)) and float(value.value) == 0.0
 
 
-def replace_launch(body, old, new):
-    """`body` with the launch attribute `old` (and all it holds) replaced by `new`."""
-    return map_nodes(body, (tirx.AttrStmt, lambda x: new if x.same_as(old) else x), order="pre")
+def relaunch(func, p, extents, body):
+    """`func` with the plain GEMM's launch (`p.chain`) replaced by one over `extents` (thread tag -> extent) with
+    the same block and thread variables, around `body`."""
+    for a in reversed(p.chain):
+        tag = a.node.thread_tag
+        iv = tirx.IterVar(tvm.ir.Range(0, extents[tag]), a.node.var, a.node.iter_type, tag)
+        body = tirx.AttrStmt(iv, a.attr_key, tirx.const(extents[tag], "int32"), body)
+    old = p.chain[0]
+    return func.with_body(map_nodes(func.body, (tirx.AttrStmt, lambda x: body if x.same_as(old) else x),
+                                    order="pre"))

@@ -38,7 +38,7 @@ from tilex.op.gemm import gemm_call
 from tilex.op.region import Region
 from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import warp_specialization_on
-from tilex.transform.plain_gemm import plain_gemm, replace_launch
+from tilex.transform.plain_gemm import plain_gemm, relaunch
 
 
 class Tiling(NamedTuple):
@@ -135,12 +135,7 @@ def _rebuild(func, p):
     row_blocks, col_blocks = (p.M + t.rows - 1) // t.rows, (p.N + t.columns - 1) // t.columns
     extents = {"blockIdx.x": row_blocks if t.row_blocks_on_x else col_blocks,
                "blockIdx.y": col_blocks if t.row_blocks_on_x else row_blocks, "threadIdx.x": THREADS}
-    body = tirx.SeqStmt(items)
-    for a in reversed(p.chain):
-        tag = a.node.thread_tag
-        iv = tirx.IterVar(tvm.ir.Range(0, extents[tag]), a.node.var, a.node.iter_type, tag)
-        body = tirx.AttrStmt(iv, a.attr_key, tirx.const(extents[tag], "int32"), body)
-    new = func.with_body(replace_launch(func.body, p.chain[0], body))
+    new = relaunch(func, p, extents, tirx.SeqStmt(items))
     bm, bn, bk, threads = p.written
     note = (f"A has {p.M} rows: {bm}x{bn}x{bk} blocks of {threads} threads -> C^T tiles of {t.columns}x{t.rows}, "
             f"K step {t.k_step}, {stages} stages, {row_blocks * col_blocks} blocks of {THREADS} threads"
