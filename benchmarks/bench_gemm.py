@@ -6,9 +6,10 @@ fragment -> global T.copy epilogue, T.use_swizzle(10)) in the three common block
 The gap between the two is what a user loses by not knowing the variants (issue 18).
 
 Each shape ends with an alternation (`alternate`): cuBLAS, Triton, the FINALISTS fastest configs of the per-config
-lines and every plain config take turns call by call, each call after an L2 flush, and each gets the median of its calls; the "alternated" lines and
-the final table come from it. The per-config lines before them time each config with do_bench against cuBLAS
-timed once at the start of the shape, so clock and power drift move them by several percent.
+lines and every plain config take turns call by call, each call after an L2 flush, and each gets the median of its
+calls; the "alternated" lines and the final table come from it. The per-config lines before them time each config
+with do_bench against cuBLAS timed once at the start of the shape, so clock and power drift move them by several
+percent.
 """
 import argparse
 import os
@@ -245,7 +246,7 @@ def bench(M, N, K, dtype, configs):
             fastest = min(finalists, key=final.get)
             best = (final[fastest], fastest)
             for cfg in finalists:
-                print(f"  alternated: config {cfg}: ratio {final['torch'] / final[cfg]:.3f}")
+                print(f"  alternated: config {cfg}: ratio {t_torch / final[cfg]:.3f}")
         for cfg in plains:
             print(f"  alternated: plain {cfg[1:]}: ratio {t_torch / final[cfg]:.3f}")
         if plains:

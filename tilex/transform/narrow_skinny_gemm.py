@@ -37,14 +37,14 @@ import tvm
 from tvm import tirx
 
 from tilex import config
-from tilex.ir.names import NARROWED_SKINNY_GEMM_ATTR, NUM_STAGES
+from tilex.ir.names import NARROWED_SKINNY_GEMM_ATTR
 from tilex.op.copy import copy_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import gemm_call
 from tilex.op.region import Region
 from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import warp_specialization_on
-from tilex.transform.plain_gemm import plain_gemm, relaunch
+from tilex.transform.plain_gemm import k_loop, plain_gemm, relaunch
 
 #: B's columns this pass takes: fewer would leave the MMA's N side mostly padding (not measured); more are not
 #: skinny.
@@ -108,19 +108,10 @@ def _tiling(p, k_step, slots):
 
 def _retiled(func, p, rows, width, k_step, stages):
     """`func` with the plain GEMM `p` retiled: ``(ceil(N / width), ceil(M / rows))`` blocks of THREADS threads."""
-    dtype = str(p.a_s.dtype)
-    a_s = tirx.decl_buffer((rows, k_step), dtype, p.a_s.name, scope=str(p.a_s.scope()))
-    b_shape = (width, k_step) if p.trans_b else (k_step, width)
-    b_s = tirx.decl_buffer(b_shape, dtype, p.b_s.name, scope=str(p.b_s.scope()))
     c_l = tirx.decl_buffer((rows, width), "float32", p.c_l.name, scope=str(p.c_l.scope()))
-    k, bx, by = p.k, p.bx, p.by
-    b_mins = [bx * width, k * k_step] if p.trans_b else [k * k_step, bx * width]
-    step = tirx.SeqStmt([
-        tirx.Evaluate(copy_call(Region(p.a_g, [by * rows, k * k_step], [rows, k_step]), Region.full(a_s))),
-        tirx.Evaluate(copy_call(Region(p.b_g, b_mins, list(b_shape)), Region.full(b_s))),
-        tirx.Evaluate(gemm_call(Region.full(a_s), Region.full(b_s), Region.full(c_l), False, p.trans_b)),
-    ])
-    loop = tirx.For(k, 0, -(-p.K // k_step), tirx.ForKind.SERIAL, step, annotations={NUM_STAGES: stages})
+    bx, by = p.bx, p.by
+    a_s, b_s, loop = k_loop(p, rows, width, k_step, by, bx, stages=stages, mma=lambda a_s, b_s: gemm_call(
+        Region.full(a_s), Region.full(b_s), Region.full(c_l), False, p.trans_b))
     body = tirx.SeqStmt([
         tirx.AllocBuffer(a_s), tirx.AllocBuffer(b_s), tirx.AllocBuffer(c_l),
         tirx.Evaluate(fill_call(Region.full(c_l), 0.0)), loop,

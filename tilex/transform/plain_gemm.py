@@ -1,5 +1,5 @@
-"""The plain GEMM as TileLang's examples write it, recognized in a tile program, and rebuilt in other tiles: what the
-passes that retile it (SwapSkinnyGemm, NarrowSkinnyGemm) share.
+"""The plain GEMM as TileLang's examples write it, recognized in a tile program (`plain_gemm`), and rebuilt in other
+tiles (`k_loop`, `relaunch`): what the passes that retile it (SwapSkinnyGemm, NarrowSkinnyGemm) share.
 
 A plain GEMM: a static grid of ``(ceil(N / bn), ceil(M / bm))`` blocks; shared tiles ``A_s (bm, bk)`` and ``B_s
 (bk, bn)`` (``(bn, bk)`` with ``transpose_B``) of one 16-bit type and a float32 fragment ``C_l (bm, bn)``;
@@ -17,9 +17,10 @@ from tvm import tirx
 from tilex.ir.names import NUM_STAGES, USE_SWIZZLE_OP
 from tilex.ir.visit import is_op_call, map_nodes, seq_items
 from tilex.op.base import is_fragment, is_global, is_shared
-from tilex.op.copy import CopyOp
+from tilex.op.copy import CopyOp, copy_call
 from tilex.op.fill import FillOp
 from tilex.op.gemm import GemmOp
+from tilex.op.region import Region
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info, outer_launch_chain
 
@@ -122,6 +123,26 @@ def at(region, mins, extents):
 def is_zero(value):
     """Whether `value` is a literal zero."""
     return isinstance(value, (tirx.IntImm, tirx.FloatImm)) and float(value.value) == 0.0
+
+
+def k_loop(p, rows, columns, k_step, r, c, mma, stages):
+    """The retiled GEMM `p`'s shared tiles ``A_s (rows, k_step)`` and ``B_s (k_step, columns)`` (``(columns,
+    k_step)`` with ``transpose_B``), and its T.Pipelined loop of `stages` stages over K in steps of `k_step`: each
+    step loads row block `r` of A and column block `c` of B into them and evaluates ``mma(A_s, B_s)`` (a gemm
+    call). Returns (A_s, B_s, loop)."""
+    dtype = str(p.a_s.dtype)
+    a_s = tirx.decl_buffer((rows, k_step), dtype, p.a_s.name, scope=str(p.a_s.scope()))
+    b_shape = (columns, k_step) if p.trans_b else (k_step, columns)
+    b_s = tirx.decl_buffer(b_shape, dtype, p.b_s.name, scope=str(p.b_s.scope()))
+    k = p.k
+    b_mins = [c * columns, k * k_step] if p.trans_b else [k * k_step, c * columns]
+    step = tirx.SeqStmt([
+        tirx.Evaluate(copy_call(Region(p.a_g, [r * rows, k * k_step], [rows, k_step]), Region.full(a_s))),
+        tirx.Evaluate(copy_call(Region(p.b_g, b_mins, list(b_shape)), Region.full(b_s))),
+        tirx.Evaluate(mma(a_s, b_s)),
+    ])
+    loop = tirx.For(k, 0, (p.K + k_step - 1) // k_step, tirx.ForKind.SERIAL, step, annotations={NUM_STAGES: stages})
+    return a_s, b_s, loop
 
 
 def relaunch(func, p, extents, body):

@@ -31,14 +31,14 @@ import tvm
 from tvm import tirx
 
 from tilex import config
-from tilex.ir.names import NUM_STAGES, SWAPPED_SKINNY_GEMM_ATTR
+from tilex.ir.names import SWAPPED_SKINNY_GEMM_ATTR
 from tilex.op.copy import copy_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import gemm_call
 from tilex.op.region import Region
 from tilex.transform.hopper.occupancy import multiprocessors
 from tilex.transform.hopper.ws_decision import warp_specialization_on
-from tilex.transform.plain_gemm import plain_gemm, relaunch
+from tilex.transform.plain_gemm import k_loop, plain_gemm, relaunch
 
 
 class Tiling(NamedTuple):
@@ -103,21 +103,11 @@ def _rebuild(func, p):
     dtype = str(p.a_s.dtype)
     stage_bytes = (t.rows * t.k_step + t.k_step * t.columns) * tvm.DataType(dtype).bits // 8
     stages = max(2, min(t.max_stages, t.max_ring // stage_bytes))
-    a_s = tirx.decl_buffer((t.rows, t.k_step), dtype, p.a_s.name, scope=str(p.a_s.scope()))
-    b_shape = (t.columns, t.k_step) if p.trans_b else (t.k_step, t.columns)
-    b_s = tirx.decl_buffer(b_shape, dtype, p.b_s.name, scope=str(p.b_s.scope()))
     ct = tirx.decl_buffer((t.columns, t.rows), "float32", f"{p.c_l.name}_T", scope=str(p.c_l.scope()))
     # the block's row block r and column block c: the launch's x and y (swapped with row blocks on x)
     r, c = (p.bx, p.by) if t.row_blocks_on_x else (p.by, p.bx)
-    k = p.k
-    b_mins = [c * t.columns, k * t.k_step] if p.trans_b else [k * t.k_step, c * t.columns]
-    step = tirx.SeqStmt([
-        tirx.Evaluate(copy_call(Region(p.a_g, [r * t.rows, k * t.k_step], [t.rows, t.k_step]), Region.full(a_s))),
-        tirx.Evaluate(copy_call(Region(p.b_g, b_mins, list(b_shape)), Region.full(b_s))),
-        tirx.Evaluate(gemm_call(Region.full(b_s), Region.full(a_s), Region.full(ct), not p.trans_b, True)),
-    ])
-    loop = tirx.For(k, 0, (p.K + t.k_step - 1) // t.k_step, tirx.ForKind.SERIAL, step,
-                    annotations={NUM_STAGES: stages})
+    a_s, b_s, loop = k_loop(p, t.rows, t.columns, t.k_step, r, c, stages=stages, mma=lambda a_s, b_s: gemm_call(
+        Region.full(b_s), Region.full(a_s), Region.full(ct), not p.trans_b, True))
     items = [tirx.AllocBuffer(a_s), tirx.AllocBuffer(b_s), tirx.AllocBuffer(ct),
              tirx.Evaluate(fill_call(Region.full(ct), 0.0)), loop]
     i, j = tirx.Var("i", "int32"), tirx.Var("j", "int32")
