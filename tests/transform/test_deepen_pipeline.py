@@ -33,9 +33,10 @@ def test_the_plain_configs_run_four_stages(bm, bn, bk, threads):
     f = _lowered(matmul(4096, 4096, 4096, panel=10, bm=bm, bn=bn, bk=bk, threads=threads))
     assert _note(f) == "the T.Pipelined loop runs with 4 stages of 48 KB (written: 3)"
     assert _ring(f) == 4
-    # the epilogue is staged at half width: 4 x 48 KB + 32 KB fit, a whole 64 KB tile would not
+    # the epilogue is staged in 32 KB: 4 x 48 KB + 32 KB fit, a whole 64 KB tile would not (as two 64-column
+    # tiles taken in turn: StageEpilogue)
     assert [str(n) for n in f.attrs[STAGED_EPILOGUES_ATTR]] == [
-        "C_l -> C: through shared tile C_l_stage (128 x 128), stored by TMA in 2 block(s)"]
+        "C_l -> C: through shared tiles C_l_stage, C_l_stage1 (128 x 64) in turn, stored by TMA in 4 block(s)"]
     # the kernel of the program written with 4 stages
     four = _lowered(matmul(4096, 4096, 4096, panel=10, bm=128, bn=256, bk=64, stages=4, threads=256))
     assert _note(four) is None and _ring(four) == 4

@@ -44,6 +44,45 @@ def test_column_blocks_keep_two_blocks_per_multiprocessor():
     assert 'tilex::min_blocks_per_sm<2>' in script
 
 
+def test_two_tiles_in_turn_when_half_width_is_staged():
+    # 128x256x64 with 4 stages: 192 KB of stages leave 32 KB, held as two 64-column tiles: the threads write one
+    # while the TMA store of the block before still reads the other
+    program = matmul(4096, 4096, 4096, bm=128, bn=256, bk=64, stages=4, threads=256)
+    f = _lowered(program)
+    assert _staged(f) == ["C_l -> C: through shared tiles C_l_stage, C_l_stage1 (128 x 64) in turn, "
+                          "stored by TMA in 4 block(s)"]
+    script = f.script()
+    loop = script[script.index("for epi_j in T.unroll(2"):]
+    assert loop.startswith('for epi_j in T.unroll(2, annotations={"tilex.bulk_store_depth": 1}):')
+    lines = [line.strip() for line in loop.splitlines()[1:]]
+    for stage in ("C_l_stage[", "C_l_stage1["):
+        k = next(n for n, line in enumerate(lines) if line.startswith(stage))
+        # a barrier before each block's writes (ThreadSync alone would place one only before the store)
+        assert lines[k - 3] == 'T.tvm_storage_sync("shared")', lines[k - 3:k]
+    # in the kernel: thread 0 waits at those barriers until only its latest bulk group, the other tile's block, may
+    # still be read; everything else waits for all
+    import tilex
+    src = tilex.compile(program, target="sm_90a", pass_configs=PIN).get_kernel_source()
+    body = src[src.index("for (int epi_j = 0; epi_j < 2; ++epi_j) {"):]
+    body = body[:body.index("tilex::cluster_sync();")]
+    steps = []
+    for line in body.splitlines():
+        for key, name in (("bulk_wait_read<", "wait"), ("named_barrier_sync", "bar"), ("tma_store_2d", "store"),
+                          ("buf_dyn_shmem_ptr) + (", "write")):
+            if key in line and (not steps or steps[-1] != name or name == "store"):
+                steps.append(name + (line.split("bulk_wait_read")[1][:3] if name == "wait" else ""))
+    assert steps[:9] == ["wait<1>", "bar", "write", "wait<1>", "bar", "store", "wait<1>", "bar", "write"], steps
+    assert steps[9:12] == ["wait<1>", "bar", "store"] and steps[12:] == ["wait<0>"], steps
+
+
+def test_blocks_of_less_than_128_bytes_stay_in_one_tile():
+    # 128x128 tiles staged in 64-column blocks (two blocks per multiprocessor): a 32-column half would be a 64-byte
+    # swizzle span, not measured, so one tile
+    f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=128, bk=64, threads=128),
+                 **{"tilex.disable_block_coarsening": True})
+    assert "bulk_wait_read<1>" not in f.script()
+
+
 def test_pinned_per_thread_stores_stay():
     f = _lowered(matmul(4096, 4096, 4096, bm=128, bn=256, bk=64, threads=256, store_tma=False))
     assert not _staged(f) and "tma_store" not in f.script()

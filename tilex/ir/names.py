@@ -39,6 +39,10 @@ LAYOUT_CONVERSIONS_ATTR = "tilex.layout_conversions"
 #: function attribute, notes (list of str) on the fragment -> global epilogue copies transform.stage_epilogue
 #: staged through shared memory and TMA stores; tests and users read it.
 STAGED_EPILOGUES_ATTR = "tilex.staged_epilogues"
+#: loop annotation (int), how many of the issuing thread's latest bulk-store groups may still read shared memory at
+#: the loop's barriers: transform.stage_epilogue writes it on a loop of blocks staged in two alternating tiles,
+#: transform.hopper.bulk_store_waits reads it (elsewhere the barriers wait for all groups).
+BULK_STORE_DEPTH = "tilex.bulk_store_depth"
 #: function attribute, a note (str) on the blocks transform.coarsen_blocks merged; tests and users read it.
 COARSENED_BLOCKS_ATTR = "tilex.coarsened_blocks"
 #: function attribute, a note (str) on what transform.swap_skinny_gemm chose for a GEMM of few rows of A.

@@ -12,11 +12,16 @@ the shared tile in the fragment's layout, and one thread stores it with the TMA 
 TMA's swizzle, and the store is asynchronous: BulkStoreWaits waits for it only before the tile is written again).
 The width ``w`` is the widest block (the whole tile, then halves) whose shared memory keeps the kernel's resident
 blocks per multiprocessor (`occupancy.blocks_per_sm`) and fits a block; no width qualifies: the copy is left as it
-is. Later copies of tiles of the same rows and type (dK and dV) reuse the first one's stage tile. The chosen stagings are listed in the function attribute ``tilex.staged_epilogues``.
+is. When that takes more than one block and half a block's rows still span 128 bytes, the same shared
+memory holds two tiles of ``w / 2`` columns, ``<fragment>_stage`` and ``<fragment>_stage1``, taken in turn by
+blocks of ``w / 2``: the threads write one while the TMA still reads the other (the loop of pairs carries
+``tilex.bulk_store_depth`` = 1 for BulkStoreWaits). Later copies of tiles of the same rows and type (dK and dV) reuse the first one's stage tile. The chosen stagings are listed in the function attribute ``tilex.staged_epilogues``.
 
 Why: per-thread stores of an MMA accumulator write 4-byte pieces of many rows at once. Measured on the H100
 (fp16, 4096^3, ratio to cuBLAS; benchmarks/README.md): 128x256x64 tiles 0.849 -> 0.972 with the whole tile staged,
-128x128x64 tiles at two blocks per multiprocessor 0.822 -> 0.875 staged in 64-column blocks.
+128x128x64 tiles at two blocks per multiprocessor 0.822 -> 0.875 staged in 64-column blocks. Two 64-column tiles in turn instead of
+one 128-column tile (the 128x256 block with 4 stages, alternated with the unchanged kernel, four runs): 4096^3
+0.978-0.980 -> 0.982-0.984, 4096x28672x8192 0.975-0.978 -> 0.977-0.980, 8192^3 1.004-1.014 -> 1.007-1.013.
 """
 from __future__ import annotations
 
@@ -25,9 +30,9 @@ from tvm import tirx
 
 from tilex import config
 from tilex.ir.hardware import TMA_STORE, supports
-from tilex.ir.names import STAGED_EPILOGUES_ATTR
+from tilex.ir.names import BULK_STORE_DEPTH, STAGED_EPILOGUES_ATTR
 from tilex.ir.shared_memory import buffer_bytes, shared_usage
-from tilex.ir.visit import is_op_call, seq_items
+from tilex.ir.visit import is_op_call, seq_items, storage_sync
 from tilex.op.base import is_fragment, is_global
 from tilex.op.copy import CopyOp, copy_call
 from tilex.op.region import Region
@@ -38,6 +43,8 @@ from tilex.transform.kernel_scope import kernel_info, outer_launch_chain, with_l
 #: Narrowest staged block, in bytes per row (one 64-byte swizzle span: narrower blocks cost a TMA store each for
 #: little data).
 MIN_ROW_BYTES = 64
+#: Narrowest block, in bytes per row, of the two tiles taken in turn (measured with 128-byte spans only).
+DOUBLE_BUFFER_ROW_BYTES = 128
 
 
 def stage_epilogue(func, target):
@@ -58,31 +65,37 @@ def stage_epilogue(func, target):
     words = local_words(func.body, info.threads)
     blocks = blocks_per_sm(info.threads, static, dynamic, words)
     plans, notes = {}, []
-    tiles = {}  # (rows, width, dtype) -> a stage tile: copies one after another share it (BulkStoreWaits orders them)
+    tiles = {}  # (rows, width, dtype) -> its stage tiles (one, or two taken in turn): copies one after another share
+    # them (BulkStoreWaits orders them)
     for i, stmt in enumerate(items):
         op = _epilogue_copy(stmt, target)
         if op is None:
             continue
         rows, cols = [int(e) for e in op.src.buffer.shape]
         dtype = str(op.dst.buffer.dtype)
-        width = next((w for (r, w, d) in tiles if r == rows and d == dtype and cols % w == 0
-                      and _tma_ok(op, w, target)), None)
+        width = next((w for (r, w, d), pair in tiles.items() if r == rows and d == dtype
+                      and cols % (w * len(pair)) == 0 and _tma_ok(op, w, target)), None)
         if width is None:
             width = _width(op, info.threads, static, dynamic, words, blocks, target)
-        if width is None:
-            continue
-        if (rows, width, dtype) not in tiles:
-            tiles[rows, width, dtype] = tirx.decl_buffer((rows, width), dtype, f"{op.src.buffer.name}_stage",
-                                                         scope="shared.dyn")
-            dynamic += buffer_bytes(tiles[rows, width, dtype])
-        stage = tiles[rows, width, dtype]
-        plans[i] = (stage, _staged(op, stage, width))
-        notes.append(f"{op.src.buffer.name} -> {op.dst.buffer.name}: through shared tile {stage.name} "
-                     f"({rows} x {width}), stored by TMA in {cols // width} block(s)")
+            if width is None:
+                continue
+            count = 1
+            if _double_buffers(op, width, target):
+                width, count = width // 2, 2
+            tiles[rows, width, dtype] = [
+                tirx.decl_buffer((rows, width), dtype, f"{op.src.buffer.name}_stage{k or ''}", scope="shared.dyn")
+                for k in range(count)]
+            dynamic += sum(buffer_bytes(t) for t in tiles[rows, width, dtype])
+        stages = tiles[rows, width, dtype]
+        plans[i] = (stages, _staged(op, stages, width))
+        names = ", ".join(t.name for t in stages)
+        notes.append(f"{op.src.buffer.name} -> {op.dst.buffer.name}: through shared tile{'s' * (len(stages) > 1)} "
+                     f"{names} ({rows} x {width}){' in turn' * (len(stages) > 1)}, stored by TMA in "
+                     f"{cols // width} block(s)")
     if not plans:
         return func
     # the tiles are allocated with the kernel's other buffers, ahead of its statements
-    allocs = [tirx.AllocBuffer(stage) for stage in tiles.values()]
+    allocs = [tirx.AllocBuffer(stage) for pair in tiles.values() for stage in pair]
     new_items = allocs + [plans[i][1] if i in plans else s for i, s in enumerate(items)]
     return with_launch_items(func, chain, new_items).with_attr(STAGED_EPILOGUES_ATTR, notes)
 
@@ -126,6 +139,17 @@ def _width(op, threads, static, dynamic, words, blocks, target):
     return None
 
 
+def _double_buffers(op, width, target):
+    """Whether the blocks of `width` columns go through two tiles of half the width taken in turn instead (the
+    same shared memory): when the copy takes more than one block and a half block's rows are still a whole
+    128-byte swizzle span."""
+    rows, cols = [int(e) for e in op.src.buffer.shape]
+    half = width // 2
+    bits = tvm.DataType(str(op.dst.buffer.dtype)).bits
+    return width < cols and width % 2 == 0 and cols % (2 * half) == 0 and half * bits >= DOUBLE_BUFFER_ROW_BYTES * 8 \
+        and _tma_ok(op, half, target)
+
+
 def _tma_ok(op, width, target):
     """Whether a (rows, width) shared tile of the global's type stores to the copy's destination by TMA."""
     rows = int(op.src.buffer.shape[0])
@@ -138,18 +162,23 @@ def _columns(region, first, width):
     return Region(region.buffer, [*region.mins[:-1], first], [*region.extents[:-1], width])
 
 
-def _staged(op, stage, width):
-    """The staged copies replacing `op`."""
+def _staged(op, stages, width):
+    """The staged copies replacing `op`: block by block through `stages` (one tile, or two in turn)."""
     rows, cols = [int(e) for e in op.src.buffer.shape]
     c0 = op.dst.mins[-1]
 
-    def copies(j):
+    def copies(j, stage):
         frag = Region(op.src.buffer, [0, j * width], [rows, width])
         out = _columns(op.dst, c0 + j * width, width)
-        return tirx.SeqStmt([tirx.Evaluate(copy_call(frag, Region.full(stage))),
-                             tirx.Evaluate(copy_call(Region.full(stage), out))])
+        return [tirx.Evaluate(copy_call(frag, Region.full(stage))), tirx.Evaluate(copy_call(Region.full(stage), out))]
 
     if width == cols:
-        return copies(0)
+        return tirx.SeqStmt(copies(0, stages[0]))
     j = tirx.Var("epi_j", "int32")
-    return tirx.For(j, 0, cols // width, tirx.ForKind.UNROLLED, copies(j))
+    if len(stages) == 1:
+        return tirx.For(j, 0, cols // width, tirx.ForKind.UNROLLED, tirx.SeqStmt(copies(j, stages[0])))
+    # A barrier before each block's writes (ThreadSync would place one only before the store): there thread 0 waits
+    # until the store of the tile's previous block has read it, while the other tile's latest block may still be read
+    # (each block is one bulk group).
+    body = tirx.SeqStmt([storage_sync()] + copies(2 * j, stages[0]) + [storage_sync()] + copies(2 * j + 1, stages[1]))
+    return tirx.For(j, 0, cols // (2 * width), tirx.ForKind.UNROLLED, body, None, {BULK_STORE_DEPTH: 1})

@@ -3,7 +3,9 @@
 Consumes: per-thread TIR with TMA stores / reductions (issued by thread 0: op/copy.py's TMA store, op/atomic.py's
 TMA reduction).
 Produces: before every block / named / cluster barrier and at the end of the kernel, thread 0 waits until its bulk
-stores have read their shared-memory tiles (``bulk_wait_read<0>``).
+stores have read their shared-memory tiles (``bulk_wait_read<0>``); at the barriers inside a loop annotated
+``tilex.bulk_store_depth`` = d (StageEpilogue's blocks staged in two alternating tiles, one bulk group each), until
+all but its latest d groups have (``bulk_wait_read<d>``): the block before, still being read, is in the other tile.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
+from tilex.ir.names import BULK_STORE_DEPTH
 from tilex.ir.visit import is_sync, map_nodes, walk
 
 
@@ -44,7 +47,19 @@ def BulkStoreWaits(func, mod, ctx):  # noqa: N802
             return tirx.AttrStmt(a.node, a.attr_key, a.value, tirx.SeqStmt([a.body, wait()]))
         return a
 
-    return func.with_body(map_nodes(body, (tirx.AttrStmt, on_attr)))
+    body = map_nodes(body, (tirx.AttrStmt, on_attr))
+    return func.with_body(map_nodes(body, (tirx.For, _shallower_waits)))
+
+
+def _shallower_waits(loop):
+    """`loop` with its barriers' waits for all groups relaxed to its ``tilex.bulk_store_depth`` latest ones."""
+    depth = loop.annotations.get(BULK_STORE_DEPTH) if loop.annotations else None
+    if depth is None:
+        return loop
+    every = intrin.name_of(intrin.bulk_wait_read(0))
+    body = map_nodes(loop.body, (tirx.Evaluate, lambda ev: intrin.bulk_wait_read(int(depth))
+                                 if intrin.name_of(ev) == every else ev))
+    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations)
 
 
 def _is_barrier_call(stmt):
