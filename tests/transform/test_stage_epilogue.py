@@ -63,7 +63,10 @@ def test_two_tiles_in_turn_when_half_width_is_staged():
     # still be read; everything else waits for all
     import tilex
     src = tilex.compile(program, target="sm_90a", pass_configs=PIN).get_kernel_source()
-    body = src[src.index("for (int epi_j = 0; epi_j < 2; ++epi_j) {"):]
+    start = src.index("for (int epi_j = 0; epi_j < 2; ++epi_j) {")
+    # right before the loop thread 0 waits for all its groups: inside, every group is the loop's own
+    assert "bulk_wait_read<0>" in src[src.rindex("named_barrier_sync", 0, start):start]
+    body = src[start:]
     body = body[:body.index("tilex::cluster_sync();")]
     steps = []
     for line in body.splitlines():

@@ -6,6 +6,8 @@ Produces: before every block / named / cluster barrier and at the end of the ker
 stores have read their shared-memory tiles (``bulk_wait_read<0>``); at the barriers inside a loop annotated
 ``tilex.bulk_store_depth`` = d (StageEpilogue's blocks staged in two alternating tiles, one bulk group each), until
 all but its latest d groups have (``bulk_wait_read<d>``): the block before, still being read, is in the other tile.
+Right before such a loop thread 0 waits for all its groups, so that inside it every group is the loop's own (or
+there are none: a stream-K block that does not own its tile skips the stores).
 """
 from __future__ import annotations
 
@@ -48,18 +50,21 @@ def BulkStoreWaits(func, mod, ctx):  # noqa: N802
         return a
 
     body = map_nodes(body, (tirx.AttrStmt, on_attr))
-    return func.with_body(map_nodes(body, (tirx.For, _shallower_waits)))
+    return func.with_body(map_nodes(body, (tirx.For, lambda loop: _shallower_waits(loop, t))))
 
 
-def _shallower_waits(loop):
-    """`loop` with its barriers' waits for all groups relaxed to its ``tilex.bulk_store_depth`` latest ones."""
+def _shallower_waits(loop, thread):
+    """`loop` with its barriers' waits for all groups relaxed to its ``tilex.bulk_store_depth`` latest ones, after a
+    wait of thread `thread` == 0 for all of them."""
     depth = loop.annotations.get(BULK_STORE_DEPTH) if loop.annotations else None
     if depth is None:
         return loop
     every = intrin.name_of(intrin.bulk_wait_read(0))
     body = map_nodes(loop.body, (tirx.Evaluate, lambda ev: intrin.bulk_wait_read(int(depth))
                                  if intrin.name_of(ev) == every else ev))
-    return tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations)
+    loop = tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind, body, loop.thread_binding, loop.annotations)
+    # the loop's first barrier (before its first block's writes) orders the other threads after this wait
+    return tirx.SeqStmt([tirx.IfThenElse(thread == 0, intrin.bulk_wait_read(0), None), loop])
 
 
 def _is_barrier_call(stmt):
