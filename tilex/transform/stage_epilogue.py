@@ -15,13 +15,16 @@ blocks per multiprocessor (`occupancy.blocks_per_sm`) and fits a block; no width
 is. When that takes more than one block and half a block's rows still span 128 bytes, the same shared
 memory holds two tiles of ``w / 2`` columns, ``<fragment>_stage`` and ``<fragment>_stage1``, taken in turn by
 blocks of ``w / 2``: the threads write one while the TMA still reads the other (the loop of pairs carries
-``tilex.bulk_store_depth`` = 1 for BulkStoreWaits). Later copies of tiles of the same rows and type (dK and dV) reuse the first one's stage tile. The chosen stagings are listed in the function attribute ``tilex.staged_epilogues``.
+``tilex.bulk_store_depth`` = 1 for BulkStoreWaits). Later copies of tiles of the same rows and type (dK and dV)
+reuse the first one's stage tiles. The chosen stagings are listed in the function attribute
+``tilex.staged_epilogues``.
 
 Why: per-thread stores of an MMA accumulator write 4-byte pieces of many rows at once. Measured on the H100
 (fp16, 4096^3, ratio to cuBLAS; benchmarks/README.md): 128x256x64 tiles 0.849 -> 0.972 with the whole tile staged,
-128x128x64 tiles at two blocks per multiprocessor 0.822 -> 0.875 staged in 64-column blocks. Two 64-column tiles in turn instead of
-one 128-column tile (the 128x256 block with 4 stages, alternated with the unchanged kernel, four runs): 4096^3
-0.978-0.980 -> 0.982-0.984, 4096x28672x8192 0.975-0.978 -> 0.977-0.980, 8192^3 1.004-1.014 -> 1.007-1.013.
+128x128x64 tiles at two blocks per multiprocessor 0.822 -> 0.875 staged in 64-column blocks. Two 64-column
+tiles in turn instead of one 128-column tile (the 128x256 block with 4 stages, alternated with the unchanged
+kernel, four runs): 4096^3 0.978-0.980 -> 0.982-0.984, 4096x28672x8192 0.975-0.978 -> 0.977-0.980, 8192^3
+1.004-1.014 -> 1.007-1.013.
 """
 from __future__ import annotations
 
@@ -143,11 +146,11 @@ def _double_buffers(op, width, target):
     """Whether the blocks of `width` columns go through two tiles of half the width taken in turn instead (the
     same shared memory): when the copy takes more than one block and a half block's rows are still a whole
     128-byte swizzle span."""
-    rows, cols = [int(e) for e in op.src.buffer.shape]
+    # (`width` divides the columns: an even one is a whole number of pairs of halves)
+    cols = int(op.src.buffer.shape[1])
     half = width // 2
     bits = tvm.DataType(str(op.dst.buffer.dtype)).bits
-    return width < cols and width % 2 == 0 and cols % (2 * half) == 0 and half * bits >= DOUBLE_BUFFER_ROW_BYTES * 8 \
-        and _tma_ok(op, half, target)
+    return width < cols and width % 2 == 0 and half * bits >= DOUBLE_BUFFER_ROW_BYTES * 8 and _tma_ok(op, half, target)
 
 
 def _tma_ok(op, width, target):
