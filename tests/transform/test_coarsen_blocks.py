@@ -1,19 +1,11 @@
 """CoarsenBlocks: a one-warpgroup 128 x 128 GEMM block runs with its right-hand neighbour as one 128 x 256 block
 of two warpgroups (IR on the CPU; results on the GPU)."""
 import pytest
-import tvm
 
 import tilex.language as T
 from programs import matmul
-from tilex.engine import lower_to_tir
+from sm90_lowering import PIN, SM90, lowered as _lowered
 from tilex.ir.names import COARSENED_BLOCKS_ATTR
-
-SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-PIN = {"tilex.num_sms": 132}
-
-
-def _lowered(func, **cfg):
-    return lower_to_tir(func, SM90, {**PIN, **cfg})["main"]
 
 
 def _note(f):

@@ -3,23 +3,14 @@ GPU)."""
 import re
 
 import pytest
-import tvm
 
 from programs import matmul
-from tilex.engine import lower_to_tir
+from sm90_lowering import lowered as _lowered, note
 from tilex.ir.names import DEEPENED_PIPELINE_ATTR, STAGED_EPILOGUES_ATTR
-
-SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-PIN = {"tilex.num_sms": 132}
-
-
-def _lowered(func, **cfg):
-    return lower_to_tir(func, SM90, {**PIN, **cfg})["main"]
 
 
 def _note(f):
-    note = f.attrs.get(DEEPENED_PIPELINE_ATTR)
-    return None if note is None else str(note)
+    return note(f, DEEPENED_PIPELINE_ATTR)
 
 
 def _ring(f):

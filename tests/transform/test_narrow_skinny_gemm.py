@@ -1,24 +1,15 @@
 """NarrowSkinnyGemm: a plain GEMM whose B has 64..256 columns runs in 64-row (or 128 x 128) blocks of one warpgroup
 with a deep pipeline when that fills the multiprocessors (IR on the CPU; results on the GPU)."""
 import pytest
-import tvm
 
 from programs import matmul
-from tilex.engine import lower_to_tir
+from sm90_lowering import lowered as _lowered, note
 from tilex.ir.names import COARSENED_BLOCKS_ATTR, NARROWED_SKINNY_GEMM_ATTR, SWAPPED_SKINNY_GEMM_ATTR
 from tilex.kernels.gemm import matmul as library_matmul
 
-SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-PIN = {"tilex.num_sms": 132}
-
-
-def _lowered(func, **cfg):
-    return lower_to_tir(func, SM90, {**PIN, **cfg})["main"]
-
 
 def _note(f):
-    note = f.attrs.get(NARROWED_SKINNY_GEMM_ATTR)
-    return None if note is None else str(note)
+    return note(f, NARROWED_SKINNY_GEMM_ATTR)
 
 
 def _mma_lines(f):

@@ -1,17 +1,9 @@
 """ChooseRasterization: a grid without T.use_swizzle gets the panel whose wave of blocks reads the fewest bytes;
 T.use_swizzle, enable=False too, pins the user's choice (IR only, no GPU needed)."""
-import tvm
 
 from programs import matmul
-from tilex.engine import lower_to_tir
+from sm90_lowering import lowered as _lowered, note
 from tilex.ir.names import RASTERIZATION_ATTR
-
-SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-PIN = {"tilex.num_sms": 132}
-
-
-def _lowered(func, **cfg):
-    return lower_to_tir(func, SM90, {**PIN, **cfg})["main"]
 
 
 def _code(f):
@@ -20,8 +12,7 @@ def _code(f):
 
 
 def _note(f):
-    note = f.attrs.get(RASTERIZATION_ATTR)
-    return None if note is None else str(note)
+    return note(f, RASTERIZATION_ATTR)
 
 
 def test_the_panel_balances_the_rows_and_columns_a_wave_reads():

@@ -3,26 +3,17 @@ with a deep pipeline (IR on the CPU; results on the GPU)."""
 import re
 
 import pytest
-import tvm
 
 import tilex.language as T
 from programs import matmul
-from tilex.engine import lower_to_tir
+from sm90_lowering import lowered as _lowered, note
 from tilex.ir.names import COARSENED_BLOCKS_ATTR, SWAPPED_SKINNY_GEMM_ATTR
 from tilex.kernels.gemm import matmul as library_matmul
 from tilex.kernels.gemm import matmul_swap_ab
 
-SM90 = tvm.target.Target({"kind": "cuda", "arch": "sm_90a"})
-PIN = {"tilex.num_sms": 132}
-
-
-def _lowered(func, **cfg):
-    return lower_to_tir(func, SM90, {**PIN, **cfg})["main"]
-
 
 def _note(f):
-    note = f.attrs.get(SWAPPED_SKINNY_GEMM_ATTR)
-    return None if note is None else str(note)
+    return note(f, SWAPPED_SKINNY_GEMM_ATTR)
 
 
 def _main_loop(f):
