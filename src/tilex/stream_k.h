@@ -11,14 +11,12 @@
 
 namespace tilex {
 
-// One partial (float4 per thread per 4 words, thread-minor for coalescing) and one flag per block. Static
-// device memory starts zeroed; a contributor counts its flag up and the owner counts it down, so each launch
-// finds them zero again. Concurrent launches of the same kernel share these arrays: their results may mix, but
-// the counting keeps every owner's wait finite (a set-and-clear flag could be cleared under a waiting owner).
-template <int N>
-__device__ float4 streamk_partials[N];
-template <int N>
-__device__ int streamk_flags[N];
+// The launch's workspace (one per launch stream, handed in by the host: tilex.streamk_workspace) holds FLAGS int
+// flags, one per block, then one partial per block (float4 per thread per 4 words, thread-minor for coalescing):
+// tilex.ir.intrin.streamk_workspace_bytes. It starts zeroed; a contributor counts its flag up and the owner counts
+// it down, so each launch leaves the flags zero for the next on its stream (a set-and-clear flag could be cleared
+// under a waiting owner). Every stream-K kernel puts its flags in the same first FLAGS ints, so the partials of one
+// kernel never land where another reads its flags.
 
 // The worker whose share of the `wsk` stream-K iterations holds iteration u (shares are [w*wsk/workers, ...)).
 __device__ __forceinline__ int streamk_worker_of(long long u, int workers, long long wsk) {
@@ -32,15 +30,17 @@ __device__ __forceinline__ int ld_acquire_gpu(const int* p) {
 }
 
 // Called by every consumer thread after the K loop of a segment [lo, hi) of stream-K tile t that is not the
-// whole tile. acc: the thread's WORDS fp32 accumulators; pid: block index; cluster/rank: blocks per worker and
-// this block's rank; n: iterations per tile. Returns 1 in owners (acc then holds the tile's sum), 0 otherwise.
-template <int WORDS, int THREADS, int SLOTS>
-__device__ __forceinline__ int streamk_fixup(float* acc, int tid, int t, int lo, int pid, int cluster, int rank,
-                                             int workers, long long wsk, int n) {
+// whole tile. workspace: the launch's; acc: the thread's WORDS fp32 accumulators; pid: block index;
+// cluster/rank: blocks per worker and this block's rank; n: iterations per tile. Returns 1 in owners (acc then
+// holds the tile's sum), 0 otherwise.
+template <int WORDS, int THREADS, int SLOTS, int FLAGS>
+__device__ __forceinline__ int streamk_fixup(float* workspace, float* acc, int tid, int t, int lo, int pid,
+                                             int cluster, int rank, int workers, long long wsk, int n) {
   static_assert(WORDS % 4 == 0, "stream-K partials are exchanged as float4");
+  static_assert(SLOTS <= FLAGS && FLAGS % 4 == 0, "one flag per block, the partials 16-byte aligned after them");
   constexpr int Q = WORDS / 4;
-  float4* ws = streamk_partials<SLOTS * Q * THREADS>;
-  int* flags = streamk_flags<SLOTS>;
+  int* flags = reinterpret_cast<int*>(workspace);
+  float4* ws = reinterpret_cast<float4*>(flags + FLAGS);
   if (lo > 0) {
 #pragma unroll
     for (int i = 0; i < Q; ++i) {

@@ -271,3 +271,19 @@ def test_measure_tilex_kernel_on_gpu(tmp_path):
         times = runner.measure(lib, kernel.symbol, [((n,), "float32")] * 2, number=20, repeat=3)
     _check_times(times, 3)
     assert max(times) < 5  # 8 MiB moved: microseconds, not milliseconds
+
+
+@pytest.mark.gpu
+def test_measure_stream_k_kernel_on_gpu(tmp_path):
+    """A stream-K GEMM's host code asks tilex.streamk_workspace for its workspace; the servers local_tracker starts
+    load tilex's native library, which registers it, so a library exported from tilex runs there."""
+    import tilex
+    from tilex.kernels.gemm import matmul
+
+    kernel = tilex.compile(matmul(4096, 4096, 4096, 128, 256, 64, 3, 256), pass_configs={"tilex.stream_k": 1})
+    assert "streamk_fixup" in kernel.get_kernel_source()
+    lib = kernel.export_library(str(tmp_path / "gemm.so"))
+    with local_tracker("tilex-test-sk") as (host, port):
+        runner = RemoteRunner(host, port, "tilex-test-sk", device="cuda")
+        times = runner.measure(lib, kernel.symbol, [((4096, 4096), "float16")] * 3, number=5, repeat=2)
+    _check_times(times, 2)

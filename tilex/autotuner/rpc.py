@@ -18,7 +18,9 @@ the tracker's servers and queues, and :func:`local_tracker` starts a tracker and
 single-machine use). Starting a tracker needs the ``tornado`` package and a server needs ``cloudpickle``.
 
 A kernel exported on a machine without a GPU holds CUDA source, not a cubin (see ``JITKernel.export_library``);
-export on a GPU machine, or from tilex's kernel cache, for a library that any CUDA server of TVM can load.
+export on a GPU machine, or from tilex's kernel cache, for a library that any CUDA server of TVM can load. A
+stream-K kernel's host code calls ``tilex.streamk_workspace``: a server needs ``--load-library`` of
+``tilex.jit.launcher.native_library()`` (which registers it) to run one; :func:`local_tracker` passes it.
 """
 from __future__ import annotations
 
@@ -40,6 +42,8 @@ import uuid
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
+
+from tilex.jit import launcher
 
 __all__ = ["RemoteRunner", "map_measure", "tracker_summary", "local_tracker"]
 
@@ -450,6 +454,9 @@ def local_tracker(key: str = "local", *, host: str = "127.0.0.1", num_servers: i
                     raise TimeoutError(f"the RPC tracker on {host}:{port} did not answer within {startup_timeout:g} s;"
                                        f" its log:\n{_log_tail(procs[0][2])}") from None
                 time.sleep(0.1)
+        native = launcher.native_library()  # tilex.streamk_workspace, for stream-K kernels
+        if native is not None and "--load-library" not in server_args:
+            server_args = ("--load-library", native, *server_args)
         for n in range(num_servers):
             server_port = _free_port(host)
             spawn(f"rpc server {n}", "tvm.exec.rpc_server", "--host", host, "--port", server_port,

@@ -458,9 +458,37 @@ def read_launch_marker(where, marker: str) -> int | None:
 
 
 # ---- stream_k.h ---------------------------------------------------------------------------------------------------
-def streamk_fixup(words, threads, grid, *args):
-    """The stream-K partial exchange of one tile (an int32 expression; see src/tilex/stream_k.h)."""
-    return tirx.call_extern("int32", _templated(STREAMK_FIXUP, words, threads, grid), *args)
+#: Flags at the start of every stream-K workspace: at least the blocks of any launch. Every stream-K kernel keeps its
+#: flags there (src/tilex/stream_k.h), so that kernels of different sizes taking turns on one workspace never find
+#: another's partial sums where they read flags.
+STREAMK_FLAG_SLOTS = 8192
+
+
+def streamk_fixup(words, threads, grid, workspace, *args):
+    """The stream-K partial exchange of one tile (an int32 expression; see src/tilex/stream_k.h); `workspace`: the
+    launch's (:func:`streamk_workspace`)."""
+    if grid > STREAMK_FLAG_SLOTS:
+        raise ValueError(f"stream-K: a grid of {grid} blocks is more than the workspace's {STREAMK_FLAG_SLOTS} flags")
+    return tirx.call_extern("int32", _templated(STREAMK_FIXUP, words, threads, grid, STREAMK_FLAG_SLOTS), workspace,
+                            *args)
+
+
+#: The global function the host code of a stream-K kernel calls before each launch: (nbytes) -> a pointer to a
+#: zeroed device buffer of the current device that no launch on another stream uses (tilex.jit.workspace).
+STREAMK_WORKSPACE_FUNC = "tilex.streamk_workspace"
+
+
+def streamk_workspace_bytes(words, threads, grid):
+    """Bytes of a stream-K launch's workspace (src/tilex/stream_k.h): STREAMK_FLAG_SLOTS int32 flags, then per
+    block `threads` x `words` fp32 partial accumulators."""
+    return STREAMK_FLAG_SLOTS * 4 + grid * (words // 4) * threads * 16
+
+
+def streamk_workspace(var, words, threads, grid):
+    """Host statement binding pointer `var` to the launch's stream-K workspace (:data:`STREAMK_WORKSPACE_FUNC`)."""
+    call = tirx.call_packed(STREAMK_WORKSPACE_FUNC, tirx.const(streamk_workspace_bytes(words, threads, grid), "int64"))
+    # (call_packed types its result int32; the host code takes the returned handle as `var`'s pointer type)
+    return tirx.Bind(var, tvm.ir.Call(call.op, list(call.args), ret_ty=var.ty))
 
 
 # ---- lowbit.h -----------------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import types
 
 from tilex.engine.nvcc import TilexCompileError, compile_cuda
 
-from . import cache
+from . import cache, workspace
 from .args import ArgChecker, ParamSpec
 from .profiler import Profiler, TensorSupplyType
 from .resources import FunctionResources, KernelResources, TilexPerformanceWarning

@@ -14,15 +14,28 @@
 // caller_{choices[size]}; `beyond(size)` picks the caller of a size past the table, and `fallback` serves a call
 // whose size cannot be read (the chosen kernel's own checks then refuse it). This is runtime selection's
 // per-call decision (tilex.autotuner.dispatch.DynamicKernel) without a Python frame.
+//
+// streamk_workspace(nbytes) is tilex.streamk_workspace (tilex/jit/workspace.py) without a Python frame: the pointer
+// a stream-K kernel's host code asks for before each launch, one zeroed buffer per (current device, launch stream),
+// kept for good. tilex's Python function tilex.streamk_workspace_alloc allocates it when registered (zeroed on the
+// launch stream, which CUDA graph capture records); in a process without tilex (a TVM RPC server started with
+// --load-library of this library) TVM's runtime allocates and zeroes it. Loading this library registers
+// tilex.streamk_workspace when nothing has yet, so that exported stream-K kernels run in such a process.
 #include <tvm/ffi/any.h>
 #include <tvm/ffi/container/array.h>
+#include <tvm/ffi/container/shape.h>
 #include <tvm/ffi/c_api.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/error.h>
 #include <tvm/ffi/extra/c_env_api.h>
 #include <tvm/ffi/function.h>
 
+#include <dlfcn.h>
+
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -156,7 +169,66 @@ void MakeCaller(const AnyView* args, int32_t num_args, Any* result) {
   *result = Function::FromPacked(c);
 }
 
+// The current CUDA device: the primary context's, which the runtime API's cudaSetDevice (TVM's __tvm_set_device,
+// run by every host function before its launches) makes current. Read through the driver library the process has
+// loaded already, so this file needs no CUDA headers.
+int CurrentCudaDevice() {
+  using GetDevice = int (*)(int*);
+  static GetDevice get = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    return lib ? reinterpret_cast<GetDevice>(dlsym(lib, "cuCtxGetDevice")) : nullptr;
+  }();
+  int device = 0;
+  if (get == nullptr || get(&device) != 0) TVM_FFI_THROW(RuntimeError) << "stream-K workspace: no current CUDA device";
+  return device;
+}
+
+// A zeroed buffer of nbytes on device, ordered before later work on stream: tilex's allocator, else TVM's runtime
+// (allocated and zeroed before this returns).
+int64_t AllocateZeroed(int device, void* stream, int64_t nbytes) {
+  static std::vector<Tensor> kept;  // TVM's buffers, alive for good
+  if (auto alloc = Function::GetGlobal("tilex.streamk_workspace_alloc")) {
+    return (*alloc)(device, reinterpret_cast<int64_t>(stream), nbytes).cast<int64_t>();
+  }
+  static Function empty = Function::GetGlobalRequired("runtime.TVMTensorAllocWithScope");
+  static Function copy_from = Function::GetGlobalRequired("runtime.TVMTensorCopyFromBytes");
+  Tensor t = empty(tvm::ffi::Shape({nbytes}), DLDataType{kDLUInt, 8, 1}, DLDevice{kDLCUDA, device}, nullptr)
+                 .cast<Tensor>();
+  std::vector<uint8_t> zeros(static_cast<size_t>(nbytes));
+  copy_from(t, static_cast<void*>(zeros.data()), nbytes);
+  kept.push_back(t);
+  return reinterpret_cast<int64_t>(t.data_ptr());
+}
+
+void StreamKWorkspace(const AnyView* args, int32_t num_args, Any* result) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, void*>, std::pair<int64_t, int64_t>> held;  // -> (bytes, pointer)
+  if (num_args != 1) TVM_FFI_THROW(TypeError) << "streamk_workspace: takes the byte count";
+  int64_t nbytes = args[0].cast<int64_t>();
+  int device = CurrentCudaDevice();
+  void* stream = TVMFFIEnvGetStream(kDLCUDA, device);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& slot = held[{device, stream}];
+  if (slot.first < nbytes) slot = {nbytes, AllocateZeroed(device, stream, nbytes)};
+  *result = reinterpret_cast<void*>(slot.second);
+}
+
+// Registers tilex.streamk_workspace when this library is loaded into a process that has none.
+const bool registered_workspace = [] {
+  if (!Function::GetGlobal("tilex.streamk_workspace")) {
+    Function::SetGlobal("tilex.streamk_workspace", Function::FromPacked(StreamKWorkspace), false);
+  }
+  return true;
+}();
+
 }  // namespace
+
+extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_streamk_workspace(void* self, const TVMFFIAny* args, int32_t num_args,
+                                                              TVMFFIAny* result) {
+  TVM_FFI_SAFE_CALL_BEGIN();
+  StreamKWorkspace(reinterpret_cast<const AnyView*>(args), num_args, reinterpret_cast<Any*>(result));
+  TVM_FFI_SAFE_CALL_END();
+}
 
 extern "C" TVM_FFI_DLL_EXPORT int __tvm_ffi_make_caller(void* self, const TVMFFIAny* args, int32_t num_args,
                                                         TVMFFIAny* result) {

@@ -2,7 +2,8 @@
 host C++ compiler): ``make_caller(...)`` returns a function of a kernel's inputs that checks their alignment,
 allocates the output through the allocator tvm-ffi installs for the call (torch's, for torch tensors) and calls
 the compiled function with it, in one crossing from Python into C++. Without a C++ compiler kernels allocate in
-Python instead (slower, same result). ``make_dispatcher(...)`` forwards a call to one of several such callers by a
+Python instead (slower, same result). Its ``streamk_workspace`` becomes ``tilex.streamk_workspace``
+(tilex.jit.workspace) once built; :func:`native_library` is its path, for processes without tilex. ``make_dispatcher(...)`` forwards a call to one of several such callers by a
 size read from the arguments (:class:`tilex.autotuner.dispatch.DynamicKernel`)."""
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import logging
 import os
 import threading
 
-__all__ = ["caller_factory", "dispatcher_factory", "dtype_triple", "encode_recipe"]
+from tilex.jit import workspace
+
+__all__ = ["caller_factory", "dispatcher_factory", "native_library", "dtype_triple", "encode_recipe"]
 
 logger = logging.getLogger("tilex.jit")
 
@@ -57,6 +60,14 @@ def caller_factory():
         return _state["fn"]
 
 
+def native_library():
+    """The path of kernel_caller.cc's shared library (built once per machine), or None when it cannot be built here.
+    Loaded into a process without tilex (``--load-library`` of TVM's RPC server) it registers
+    ``tilex.streamk_workspace``, which exported stream-K kernels call."""
+    caller_factory()
+    return _state.get("path")
+
+
 def dispatcher_factory():
     """The ``make_dispatcher`` tvm-ffi function (runtime selection's per-call decision in C++), or None."""
     caller_factory()
@@ -68,13 +79,17 @@ def _build():
     if os.environ.get("TILEX_DISABLE_CPP_CALLER"):
         return None
     try:
-        from tvm_ffi.cpp import load_inline
+        import tvm_ffi
+        from tvm_ffi.cpp import build_inline
 
         src_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_caller.cc")
         with open(src_path) as f:
             src = f.read()
-        mod = load_inline("tilex_kernel_caller", cpp_sources=src)
+        path = build_inline("tilex_kernel_caller", cpp_sources=src)
+        mod = tvm_ffi.load_module(path)
         _state["module"] = mod  # the callers' code lives in the module: keep it loaded
+        _state["path"] = path
+        workspace.register(mod["streamk_workspace"])
         return mod["make_caller"]
     except Exception as e:  # noqa: BLE001 - no compiler, no headers: the Python path still works
         logger.info("tilex: the C++ kernel caller could not be built (%s); kernels allocate outputs in Python", e)

@@ -104,8 +104,10 @@ def persistent_tiles(func, target=None):
         if rows is None:
             return func.with_body(body)
         return func.with_body(_replace_launch(body, rows.chain[0], clusters.rewrite_row_cluster(rows)))
-    outer = plan.chain[0]
-    return func.with_body(_replace_launch(func.body, outer, _rewrite(plan)))
+    launch = _rewrite(plan)
+    if plan.stream_k is not None:
+        launch = tirx.SeqStmt([plan.stream_k.workspace_binding(plan.grid), launch])
+    return func.with_body(_replace_launch(func.body, plan.chain[0], launch))
 
 
 def _replace_launch(body, outer, new_launch):

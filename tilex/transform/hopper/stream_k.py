@@ -1,7 +1,5 @@
-"""Stream-K for PersistentTiles, opt-in: ``tilex.stream_k`` = 1 always, ``"auto"`` when a cost rule says it pays
-(`stream_k_pays`). Not on by default: the partial sums live in static device arrays (src/tilex/stream_k.h) that
-stream-K kernels of one size share, so two running at once on different streams could mix their sums; a
-per-launch workspace would lift that.
+"""Stream-K for PersistentTiles: ``tilex.stream_k`` = "auto" (the default) when a cost rule says it pays
+(`stream_k_pays`), 1 always, 0 never.
 
 Consumes: the consumer statements of a warp-specialized kernel that PersistentTiles makes persistent (one of them
 holds the pipeline loop, whose ``tilex.ws_pipeline_lo`` / ``_hi`` attributes let it run any segment ``[lo, hi)``
@@ -9,18 +7,21 @@ of a unit's K iterations), and how the persistent grid shares its units among it
 Produces: a :class:`StreamKPlan` when the units (tiles, or tile groups of a cluster) do not divide evenly among
 the workers (blocks, or clusters), or may not (a unit count of kernel sizes); then, after the
 ``units // workers`` rounds of whole units, the loop over the segments of a worker's equal share of the
-remaining units' K iterations (:func:`segment_loop`). The worker
-holding a unit's first iteration owns it; the others leave fp32 partial accumulators in global memory and raise
-a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's
-global writes, while the shared-memory steps stay unconditional so the barriers between them do too.
+remaining units' K iterations (:func:`segment_loop`). The worker holding a unit's first iteration owns it; the
+others leave fp32 partial accumulators in the launch's workspace and raise a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the
+epilogue's global writes, while the shared-memory steps stay unconditional so the barriers between them do too.
+The workspace is a pointer the host code asks for before each launch (``intrin.streamk_workspace``: one zeroed
+buffer per launch stream, tilex.jit.workspace), so launches on different streams never share partial sums.
 
-Whether it pays (``tilex.stream_k="auto"``): a worker runs ``ceil(units / workers)`` units' iterations without
-stream-K, ``units // workers`` whole units plus an equal share of the rest with it, plus a fixup: a shared unit
-is cut into ``workers / rest`` segments, each of whose partial sums goes out to L2 and comes back to the owner,
-costing ``2 x accumulator bytes / bytes one iteration loads`` iterations, plus FIXUP_ITERATIONS for the flags.
-Stream-K is used when that saves at least MIN_GAIN of the time: a grid with a few tiles for many multiprocessors
-and a long K loop (a skinny GEMM), not a short K loop (1024^3: 16 iterations), nor the last 3 % of a large grid
-(measured: benchmarks/README.md).
+Whether it pays ("auto"): a worker runs ``ceil(units / workers)`` units' iterations without stream-K, and with it
+``units // workers`` whole units plus an equal share of the rest, each shared iteration costing
+SHARED_ITERATION_COST, plus a fixup: a shared unit is cut into ``workers / rest`` segments, each of whose partial
+sums goes out to L2 and comes back to the owner, costing ``2 x accumulator bytes / bytes one iteration loads``
+iterations, plus FIXUP_ITERATIONS for the flags. Stream-K is used when that saves at least MIN_GAIN of the time.
+Fitted on the H100 to the plain 128x256 program at seven shapes (benchmarks/README.md, issue 18 sixth session):
+it pays for a skinny GEMM (a few tiles for many multiprocessors, a long K loop) and for the last half round of a
+large grid (8192^3: +2 %, 4096x28672x8192: +1.9 %), not for a short K loop (1024^3) nor for a grid of under four
+rounds (4096^3: -3 %, where the shared iterations are too large a part of the kernel).
 """
 from __future__ import annotations
 
@@ -38,8 +39,10 @@ from tilex.transform.pipeline.analysis import written_shared
 
 #: Iterations' worth of the flag handshake between the blocks sharing a unit.
 FIXUP_ITERATIONS = 2
+#: What a shared iteration costs against one of a whole unit (fitted: 1.1-1.2 on the H100).
+SHARED_ITERATION_COST = 1.15
 #: Least fraction of the kernel's time stream-K must save to be chosen.
-MIN_GAIN = 0.05
+MIN_GAIN = 0.005
 
 
 def stream_k_pays(units: int, workers: int, n: int, acc_bytes: int, iteration_bytes: int) -> bool:
@@ -52,7 +55,7 @@ def stream_k_pays(units: int, workers: int, n: int, acc_bytes: int, iteration_by
     whole = -(-units // workers) * n
     segments = workers / rest  # of each shared unit
     fixup = FIXUP_ITERATIONS + segments * 2 * acc_bytes / max(1, iteration_bytes)
-    shared = units // workers * n + -(-rest * n // workers) + fixup
+    shared = units // workers * n + SHARED_ITERATION_COST * -(-rest * n // workers) + fixup
     return shared <= (1 - MIN_GAIN) * whole
 
 
@@ -64,6 +67,11 @@ class StreamKPlan:
     acc: tirx.Buffer  # the fp32 accumulator the segments of a unit exchange
     threads: int  # threads of the consumer region
     thread: tirx.Var  # the thread index (``threadIdx.x``)
+    workspace: tirx.Var  # the launch's partial sums and flags (a float pointer the host code binds)
+
+    def workspace_binding(self, grid):
+        """The host statement binding :attr:`workspace` before a launch of `grid` blocks."""
+        return intrin.streamk_workspace(self.workspace, (buffer_bits(self.acc) + 31) // 32, self.threads, grid)
 
 
 @dataclass(frozen=True)
@@ -139,10 +147,10 @@ def _uses_buffer(stmt, buf):
 def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, n, iteration_bytes=0):
     """The :class:`StreamKPlan` for the consumer statements `consumer_items` (`loop_at`: the indices of those
     holding the pipeline loop, of trip count `n`, each iteration loading `iteration_bytes`), or None when stream-K
-    does not apply: off (``tilex.stream_k`` unset or 0, or "auto" and `stream_k_pays` says no), units split evenly
+    does not apply: off (``tilex.stream_k`` 0, or "auto", the default, and `stream_k_pays` says no), units split evenly
     already, a trip count that is not static, or not exactly one fp32 accumulator (a local buffer the K loop and
     the statements after it both use)."""
-    asked = str(config.get("stream_k", 0))
+    asked = str(config.get("stream_k", "auto"))
     if asked not in ("1", "auto") or not hasattr(n, "value"):
         return None
     if isinstance(units, int) and units % workers == 0:
@@ -157,7 +165,8 @@ def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, 
     if asked == "auto" and not (isinstance(units, int) and stream_k_pays(
             units, workers, int(n.value), buffer_bits(acc[0]) * threads // 8, iteration_bytes)):
         return None
-    return StreamKPlan(int(n.value), acc[0], threads, thread_var)
+    workspace = tirx.Var("streamk_ws", tvm.ir.PointerType(tvm.ir.PrimType("float32"), "global"))
+    return StreamKPlan(int(n.value), acc[0], threads, thread_var, workspace)
 
 
 def _fixup(plan, w, stmt, loop_at, t, lo, partial, wsk):
@@ -168,7 +177,7 @@ def _fixup(plan, w, stmt, loop_at, t, lo, partial, wsk):
     words = (buffer_bits(acc) + 31) // 32
     last = tirx.Var("sk_last", "int32")
     call = intrin.streamk_fixup(
-        words, plan.threads, w.grid, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))), plan.thread, t,
+        words, plan.threads, w.grid, plan.workspace, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))), plan.thread, t,
         lo, w.pid, w.size, w.rank, w.workers,
         tirx.const(wsk, "int64") if isinstance(wsk, int) else tirx.Cast("int64", wsk), plan.n)
     bind = tirx.Bind(last, tirx.if_then_else(partial, call, tirx.const(1, "int32")))
