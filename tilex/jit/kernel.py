@@ -282,7 +282,9 @@ class JITKernel:
         ``tvm.runtime.load_module(path)``; returns ``path``. Compiled on a GPU machine (or loaded from the
         kernel cache), the CUDA module holds the cubin. Without a GPU, TVM's CUDA module holds only the CUDA
         source (nvcc checked it, but TVM's CPU-only runtime cannot embed a cubin), and loading it needs TVM's
-        CUDA runtime. Needs a host C++ compiler (TVM links the library with it)."""
+        CUDA runtime. Needs a host C++ compiler (TVM links the library with it). A stream-K kernel's host code
+        calls ``tilex.streamk_workspace``: a process without tilex imported loads
+        ``tilex.jit.launcher.native_library()`` first (``--load-library`` of TVM's RPC server), which registers it."""
         path = os.fspath(path)
         parent = os.path.dirname(os.path.abspath(path))
         os.makedirs(parent, exist_ok=True)

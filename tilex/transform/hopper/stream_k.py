@@ -17,7 +17,8 @@ Whether it pays ("auto"): a worker runs ``ceil(units / workers)`` units' iterati
 ``units // workers`` whole units plus an equal share of the rest, each shared iteration costing
 SHARED_ITERATION_COST, plus a fixup: a shared unit is cut into ``workers / rest`` segments, each of whose partial
 sums goes out to L2 and comes back to the owner, costing ``2 x accumulator bytes / bytes one iteration loads``
-iterations, plus FIXUP_ITERATIONS for the flags. Stream-K is used when that saves at least MIN_GAIN of the time.
+iterations, plus FIXUP_ITERATIONS for the flags. Stream-K is used when that saves at least MIN_GAIN of the time
+and a block's accumulator is at least MIN_ACCUMULATOR_BYTES.
 Fitted on the H100 to the plain 128x256 program at seven shapes (benchmarks/README.md, issue 18 sixth session):
 it pays for a skinny GEMM (a few tiles for many multiprocessors, a long K loop) and for the last half round of a
 large grid (8192^3: +2 %, 4096x28672x8192: +1.9 %), not for a short K loop (1024^3) nor for a grid of under four
@@ -43,6 +44,10 @@ FIXUP_ITERATIONS = 2
 SHARED_ITERATION_COST = 1.15
 #: Least fraction of the kernel's time stream-K must save to be chosen.
 MIN_GAIN = 0.005
+#: Least accumulator of a block (bytes) for the rule to consider stream-K: smaller tiles (the transposed or narrow
+#: tiles of skinny GEMMs) read more than they compute, and spreading their K loop over more multiprocessors did not
+#: pay where the rule predicted 12-34 % (H100: 16x4096x4096 -14 %, 128x4096x4096 -4 %, 16x28672x8192 -0.5 %).
+MIN_ACCUMULATOR_BYTES = 64 * 1024
 
 
 def stream_k_pays(units: int, workers: int, n: int, acc_bytes: int, iteration_bytes: int) -> bool:
@@ -50,7 +55,7 @@ def stream_k_pays(units: int, workers: int, n: int, acc_bytes: int, iteration_by
     at least MIN_GAIN (module docstring); `acc_bytes`: the fp32 accumulator of a block, `iteration_bytes`: what
     one of its K iterations loads."""
     rest = units % workers
-    if rest == 0:
+    if rest == 0 or acc_bytes < MIN_ACCUMULATOR_BYTES:
         return False
     whole = -(-units // workers) * n
     segments = workers / rest  # of each shared unit
