@@ -1,10 +1,11 @@
-"""The C++ half of a kernel call (kernel_caller.cc, built once per machine with tvm-ffi's ``load_inline`` and the
+"""The C++ half of a kernel call (kernel_caller.cc, built once per machine with tvm-ffi's ``build_inline`` and the
 host C++ compiler): ``make_caller(...)`` returns a function of a kernel's inputs that checks their alignment,
 allocates the output through the allocator tvm-ffi installs for the call (torch's, for torch tensors) and calls
 the compiled function with it, in one crossing from Python into C++. Without a C++ compiler kernels allocate in
-Python instead (slower, same result). Its ``streamk_workspace`` becomes ``tilex.streamk_workspace``
-(tilex.jit.workspace) once built; :func:`native_library` is its path, for processes without tilex. ``make_dispatcher(...)`` forwards a call to one of several such callers by a
-size read from the arguments (:class:`tilex.autotuner.dispatch.DynamicKernel`)."""
+Python instead (slower, same result). ``make_dispatcher(...)`` forwards a call to one of several such callers by a
+size read from the arguments (:class:`tilex.autotuner.dispatch.DynamicKernel`). Its ``streamk_workspace`` becomes
+``tilex.streamk_workspace`` (tilex.jit.workspace) once built; :func:`native_library` is its path, for processes
+without tilex."""
 from __future__ import annotations
 
 import logging

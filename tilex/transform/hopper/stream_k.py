@@ -8,8 +8,9 @@ Produces: a :class:`StreamKPlan` when the units (tiles, or tile groups of a clus
 the workers (blocks, or clusters), or may not (a unit count of kernel sizes); then, after the
 ``units // workers`` rounds of whole units, the loop over the segments of a worker's equal share of the
 remaining units' K iterations (:func:`segment_loop`). The worker holding a unit's first iteration owns it; the
-others leave fp32 partial accumulators in the launch's workspace and raise a flag (``intrin.streamk_fixup``, src/tilex/stream_k.h); the owner adds them and alone performs the
-epilogue's global writes, while the shared-memory steps stay unconditional so the barriers between them do too.
+others leave fp32 partial accumulators in the launch's workspace and raise a flag (``intrin.streamk_fixup``,
+src/tilex/stream_k.h); the owner adds them and alone performs the epilogue's global writes, while the
+shared-memory steps stay unconditional so the barriers between them do too.
 The workspace is a pointer the host code asks for before each launch (``intrin.streamk_workspace``: one zeroed
 buffer per launch stream, tilex.jit.workspace), so launches on different streams never share partial sums.
 
@@ -152,8 +153,8 @@ def _uses_buffer(stmt, buf):
 def stream_k_plan(consumer_items, loop_at, units, workers, threads, thread_var, n, iteration_bytes=0):
     """The :class:`StreamKPlan` for the consumer statements `consumer_items` (`loop_at`: the indices of those
     holding the pipeline loop, of trip count `n`, each iteration loading `iteration_bytes`), or None when stream-K
-    does not apply: off (``tilex.stream_k`` 0, or "auto", the default, and `stream_k_pays` says no), units split evenly
-    already, a trip count that is not static, or not exactly one fp32 accumulator (a local buffer the K loop and
+    does not apply: off (``tilex.stream_k`` 0, or "auto", the default, and `stream_k_pays` says no), units split
+    evenly already, a trip count that is not static, or not exactly one fp32 accumulator (a local buffer the K loop and
     the statements after it both use)."""
     asked = str(config.get("stream_k", "auto"))
     if asked not in ("1", "auto") or not hasattr(n, "value"):
@@ -182,8 +183,8 @@ def _fixup(plan, w, stmt, loop_at, t, lo, partial, wsk):
     words = (buffer_bits(acc) + 31) // 32
     last = tirx.Var("sk_last", "int32")
     call = intrin.streamk_fixup(
-        words, plan.threads, w.grid, plan.workspace, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))), plan.thread, t,
-        lo, w.pid, w.size, w.rank, w.workers,
+        words, plan.threads, w.grid, plan.workspace, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))),
+        plan.thread, t, lo, w.pid, w.size, w.rank, w.workers,
         tirx.const(wsk, "int64") if isinstance(wsk, int) else tirx.Cast("int64", wsk), plan.n)
     bind = tirx.Bind(last, tirx.if_then_else(partial, call, tirx.const(1, "int32")))
     post = [_only_if(x, last != 0) for x in items[loop_at + 1:]]
