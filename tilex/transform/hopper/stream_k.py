@@ -75,9 +75,14 @@ class StreamKPlan:
     thread: tirx.Var  # the thread index (``threadIdx.x``)
     workspace: tirx.Var  # the launch's partial sums and flags (a float pointer the host code binds)
 
+    @property
+    def words(self):
+        """fp32 words of :attr:`acc` per thread: what the fixup exchanges and the workspace holds per thread."""
+        return (buffer_bits(self.acc) + 31) // 32
+
     def workspace_binding(self, grid):
         """The host statement binding :attr:`workspace` before a launch of `grid` blocks."""
-        return intrin.streamk_workspace(self.workspace, (buffer_bits(self.acc) + 31) // 32, self.threads, grid)
+        return intrin.streamk_workspace(self.workspace, self.words, self.threads, grid)
 
 
 @dataclass(frozen=True)
@@ -180,10 +185,9 @@ def _fixup(plan, w, stmt, loop_at, t, lo, partial, wsk):
     block holding the sum writes."""
     items = seq_items(stmt)
     acc = plan.acc
-    words = (buffer_bits(acc) + 31) // 32
     last = tirx.Var("sk_last", "int32")
     call = intrin.streamk_fixup(
-        words, plan.threads, w.grid, plan.workspace, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))),
+        plan.words, plan.threads, w.grid, plan.workspace, tirx.address_of(tirx.BufferLoad(acc, [0] * len(acc.shape))),
         plan.thread, t, lo, w.pid, w.size, w.rank, w.workers,
         tirx.const(wsk, "int64") if isinstance(wsk, int) else tirx.Cast("int64", wsk), plan.n)
     bind = tirx.Bind(last, tirx.if_then_else(partial, call, tirx.const(1, "int32")))
