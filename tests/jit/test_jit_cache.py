@@ -117,3 +117,26 @@ def test_cpu_machine_writes_no_cuda_entry(cache_dir):
     assert not k.from_cache and k.cache_path is None
     assert cache.stats["skipped"] == before + 1
     assert not cache_dir.exists() or not any(cache_dir.rglob(cache.META_NAME))
+
+
+def test_clear_removes_cache_entries_and_nothing_else(cache_dir):
+    """TILEX_CACHE_DIR may name a directory that holds more than tilex's cache: clear() removes kernel entries,
+    their temporaries and ptxas reports, and leaves every other file and directory where it was."""
+    root = cache.cache_dir()
+    key = "ab" + "0" * 62
+    entry = os.path.join(root, key[:2], key)
+    os.makedirs(entry)
+    open(os.path.join(entry, cache.META_NAME), "w").close()
+    os.makedirs(os.path.join(root, "ab", ".tmp-abcdef-x"))
+    cache.save_ptxas_report(key, [])
+    assert os.path.isfile(os.path.join(root, cache.PTXAS_DIR, "ab", key + ".json"))
+    keep = [os.path.join(root, "notes.txt"), os.path.join(root, "src", "main.py"),
+            os.path.join(root, "cd", "mine.txt"), os.path.join(root, cache.PTXAS_DIR, "readme")]
+    for path in keep:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write("user data")
+    cache.clear()
+    assert not os.path.exists(os.path.join(root, "ab"))
+    assert not os.path.exists(os.path.join(root, cache.PTXAS_DIR, "ab"))
+    assert all(open(p).read() == "user data" for p in keep)

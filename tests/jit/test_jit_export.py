@@ -67,23 +67,73 @@ def test_loading_refuses_what_is_not_an_export(tmp_path):
         tilex.load(tmp_path)
 
 
-def test_write_directory_replaces_only_on_success(tmp_path):
-    """Both exports (a kernel's, a DynamicKernel's) write through write_directory: the directory appears whole,
-    replaces an older one, and a failing writer leaves neither it nor its temporary sibling behind."""
+def _fill(text):
     def fill(tmp):
         with open(os.path.join(tmp, "a"), "w") as f:
-            f.write("new")
+            f.write(text)
+        os.mkdir(os.path.join(tmp, "sub"))
+        with open(os.path.join(tmp, "sub", "b"), "w") as f:
+            f.write(text)
+    return fill
 
+
+def test_write_directory_replaces_only_its_own_exports(tmp_path):
+    """Both exports (a kernel's, a DynamicKernel's) write through write_directory: the directory appears whole and
+    replaces an earlier export; a failing writer leaves neither it nor its temporary sibling behind."""
     target = tmp_path / "out"
-    target.mkdir()
-    (target / "old").write_text("old")
-    assert export.write_directory(target, fill) == str(target)
-    assert sorted(os.listdir(target)) == ["a"]
+    assert export.write_directory(target, _fill("one")) == str(target)
+    assert export.is_tilex_export(target)
+    assert export.write_directory(target, _fill("two")) == str(target)
+    assert (target / "a").read_text() == "two" and (target / "sub" / "b").read_text() == "two"
 
     def broken(tmp):
-        fill(tmp)
+        _fill("three")(tmp)
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError, match="disk full"):
         export.write_directory(tmp_path / "other", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export.write_directory(target, broken)
     assert sorted(os.listdir(tmp_path)) == ["out"]
+    assert (target / "a").read_text() == "two"
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    export.write_directory(empty, _fill("x"))
+    assert (empty / "a").read_text() == "x"
+
+
+@pytest.mark.parametrize("spoil", ["foreign_dir", "added_file", "added_dir", "file", "link", "bad_manifest"])
+def test_write_directory_never_replaces_what_it_did_not_write(tmp_path, spoil):
+    """kernel.export(".") once deleted a project: a directory tilex did not write (or wrote and somebody added a file
+    to since) is refused before anything is written, and left as it was."""
+    target = tmp_path / "project"
+    if spoil == "foreign_dir":
+        target.mkdir()
+        (target / "main.py").write_text("user code")
+    elif spoil in ("added_file", "added_dir", "bad_manifest"):
+        export.write_directory(target, _fill("one"))
+        if spoil == "added_file":
+            (target / "sub" / "notes.txt").write_text("user notes")
+        elif spoil == "added_dir":
+            (target / "data").mkdir()
+        else:
+            (target / export.MANIFEST_NAME).write_text("{not json")
+    elif spoil == "file":
+        target.write_text("a file")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "keep").write_text("keep")
+        target.symlink_to(tmp_path / "elsewhere")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    with pytest.raises(tilex.ExportError, match="refusing to replace|not a directory"):
+        export.write_directory(target, _fill("two"))
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+
+
+def test_export_refuses_a_foreign_directory_before_compiling_anything(tmp_path):
+    k = tilex.compile(op_programs.scale_rows(), out_idx=-1, target="sm_90a")
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(tilex.ExportError, match="refusing to replace"):
+        k.export(tmp_path)
+    assert sorted(os.listdir(tmp_path)) == ["keep.txt"]

@@ -27,7 +27,8 @@ def _subdir(i):
 
 
 def write(kernel, path) -> str:
-    """Write `kernel` (a DynamicKernel) to the directory `path` (created or replaced); returns the path."""
+    """Write `kernel` (a DynamicKernel) to the directory `path` (new, empty, or an earlier export it replaces:
+    :func:`tilex.jit.export.write_directory`); returns the path."""
 
     def fill(tmp):
         for i, k in enumerate(kernel.kernels):

@@ -270,8 +270,52 @@ def save_ptxas_report(key: str, resources: list) -> None:
         stats["errors"] += 1
 
 
+_HEX = frozenset("0123456789abcdef")
+
+
+def _is_key(name: str, length: int) -> bool:
+    return len(name) == length and set(name) <= _HEX
+
+
 def clear() -> None:
-    """Remove every entry of the cache directory."""
+    """Remove every entry of the cache directory, and nothing else: kernel entries (``<2 hex>/<64 hex>/``),
+    their half-written temporaries (``<2 hex>/.tmp-*``) and ptxas reports (``ptxas/<2 hex>/<64 hex>.json``),
+    then the fan-out directories they leave empty. Whatever else the directory holds (``TILEX_CACHE_DIR`` may
+    name a directory that is not only tilex's) stays."""
     d = cache_dir()
-    if os.path.isdir(d):
-        shutil.rmtree(d, ignore_errors=True)
+    if os.path.islink(d) or not os.path.isdir(d):
+        return
+    for fan in os.listdir(d):
+        fan_path = os.path.join(d, fan)
+        if os.path.islink(fan_path) or not os.path.isdir(fan_path):
+            continue
+        if _is_key(fan, 2):
+            for name in os.listdir(fan_path):
+                entry = os.path.join(fan_path, name)
+                if os.path.islink(entry) or not os.path.isdir(entry):
+                    continue
+                if (_is_key(name, 64) and name.startswith(fan)) or name.startswith(".tmp-"):
+                    shutil.rmtree(entry, ignore_errors=True)
+        elif fan == PTXAS_DIR:
+            for sub in os.listdir(fan_path):
+                sub_path = os.path.join(fan_path, sub)
+                if not _is_key(sub, 2) or os.path.islink(sub_path) or not os.path.isdir(sub_path):
+                    continue
+                for name in os.listdir(sub_path):
+                    stem, _, ext = name.partition(".")
+                    report = os.path.join(sub_path, name)
+                    if os.path.islink(report) or not os.path.isfile(report):
+                        continue
+                    if (_is_key(stem, 64) and ext == "json") or name.startswith(".tmp-"):
+                        os.remove(report)
+                _remove_if_empty(sub_path)
+        else:
+            continue
+        _remove_if_empty(fan_path)
+
+
+def _remove_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass

@@ -19,7 +19,8 @@ import shutil
 import sys
 import tempfile
 
-__all__ = ["export", "read", "params_json", "stand_in_func", "write_directory", "ExportError", "FORMAT"]
+__all__ = ["export", "read", "params_json", "stand_in_func", "write_directory", "is_tilex_export", "ExportError",
+           "FORMAT"]
 
 FORMAT = 1
 LIB_NAME = "kernel.so"
@@ -92,9 +93,11 @@ def stand_in_func(meta: dict):
 
 
 def export(kernel, path) -> str:
-    """Write `kernel` (a JITKernel) to the directory `path` (created or replaced); returns the path."""
+    """Write `kernel` (a JITKernel) to the directory `path` (new, empty, or an earlier export it replaces:
+    :func:`write_directory`); returns the path."""
     import tvm
 
+    _refuse_foreign(os.path.abspath(os.fspath(path)))
     if not kernel.has_binary:
         raise ExportError(
             "kernel.export: this kernel has no compiled binary to export. It was built on a machine without a "
@@ -114,19 +117,86 @@ def export(kernel, path) -> str:
     return write_directory(path, fill)
 
 
+MANIFEST_NAME = ".tilex-export.json"
+
+
+def _walk_entries(root):
+    """Every file, directory and link under `root` (links not followed), as sorted paths relative to it;
+    directories end in "/"."""
+    out = []
+    for dirpath, dirnames, files in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for name in list(dirnames):
+            if os.path.islink(os.path.join(dirpath, name)):
+                files.append(name)  # a link to a directory is an entry, never a directory to walk
+                dirnames.remove(name)
+        out += [os.path.relpath(os.path.join(dirpath, n), root) + "/" for n in dirnames]
+        out += [os.path.relpath(os.path.join(dirpath, n), root) for n in files]
+    return sorted(out)
+
+
+def _write_manifest(tmp):
+    entries = [e for e in _walk_entries(tmp) if e != MANIFEST_NAME]
+    with open(os.path.join(tmp, MANIFEST_NAME), "w") as f:
+        json.dump({"tilex_export": FORMAT, "entries": entries}, f, indent=1)
+
+
+def is_tilex_export(path) -> bool:
+    """Whether the directory `path` is one :func:`write_directory` wrote and nobody has added to since: its
+    manifest names every file and directory under it (an entry tilex did not write there means the directory is
+    not ours to replace)."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        return False
+    try:
+        with open(os.path.join(path, MANIFEST_NAME)) as f:
+            manifest = json.load(f)
+        listed = set(manifest["entries"]) | {MANIFEST_NAME}
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return all(isinstance(n, str) for n in listed) and set(_walk_entries(path)) <= listed
+
+
+def _refuse_foreign(path, what="kernel.export"):
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        raise ExportError(f"{what}: {path} exists and is not a directory; an export goes to a new or empty "
+                          "directory, or replaces one tilex exported")
+    if os.path.isdir(path) and os.listdir(path) and not is_tilex_export(path):
+        raise ExportError(f"{what}: {path} is not empty and is not a directory tilex exported (or files were "
+                          "added to it since); refusing to replace it. Export to a new or empty directory, or "
+                          "remove this one yourself")
+
+
 def write_directory(path, fill) -> str:
-    """Create or replace the directory `path` with what ``fill(tmp)`` writes into a temporary sibling directory,
-    renamed into place only when it returns (a failed export leaves no half-written directory); returns the
-    absolute path."""
+    """Write the directory `path` with what ``fill(tmp)`` writes into a temporary sibling directory, renamed
+    into place only when it returns (a failed export leaves no half-written directory); returns the absolute
+    path. `path` may be new, an empty directory, or a directory an earlier export wrote and nobody added to
+    (:func:`is_tilex_export`); anything else is refused with an :class:`ExportError` before anything is written,
+    so an export never deletes what tilex did not write."""
     path = os.path.abspath(os.fspath(path))
+    _refuse_foreign(path)
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".tilex-export-", dir=parent)
     try:
         fill(tmp)
+        _write_manifest(tmp)
+        _refuse_foreign(path)  # again: the directory may have changed while fill ran
+        old = None
         if os.path.isdir(path):
-            shutil.rmtree(path)
+            if os.listdir(path):
+                old = tempfile.mkdtemp(prefix=".tilex-replaced-", dir=parent)
+                os.rename(path, os.path.join(old, "x"))
+                if not is_tilex_export(os.path.join(old, "x")):  # changed between the check and the move
+                    os.rename(os.path.join(old, "x"), path)
+                    os.rmdir(old)
+                    _refuse_foreign(path)
+                    raise ExportError(f"kernel.export: {path} changed while it was being replaced; nothing "
+                                      "was written")
+            else:
+                os.rmdir(path)
         os.rename(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)  # the earlier export, checked to hold only what tilex wrote
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
