@@ -10,9 +10,14 @@ traceback ends at the decorator (``TILEX_BACKTRACE=1`` keeps the parser's frames
 """
 from __future__ import annotations
 
+import contextlib
+
+import tvm
 from tvm.error import DiagnosticError
 from tvm.script import tirx as _tvm_T
+from tvm.script.parser.core import dispatch, doc
 from tvm.script.parser.core.error import ParserError
+from tvm.script.parser.tirx import parser as _tirx_parser
 
 from tilex.ir.source import TileScriptError, backtrace_requested, set_message
 from tilex.language.canonicalize import canonicalize
@@ -81,3 +86,26 @@ def _keeps_type(exc):
     if isinstance(exc, (ParserError, KeyError)):
         return False
     return isinstance(exc, NotImplementedError) or (isinstance(exc, Exception) and not isinstance(exc, RuntimeError))
+
+
+def _visit_with(self, node):
+    """TVMScript's ``with`` visitor for tirx, plus one case: a one-dimensional T.Kernel binds a one-element target,
+    ``with T.Kernel(n, threads=128) as (bx,):``, as in TileLang (the frame yields one variable for a 1-d grid, which
+    Python cannot unpack into ``(bx,)``)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(self.var_table.with_frame())
+        for item in node.items:
+            frame = self.eval_expr(item.context_expr)
+            if not (hasattr(frame, "__enter__") and hasattr(frame, "__exit__")):
+                self.report_error(item.context_expr, "Invalid context expression in the with-statement.")
+            value = stack.enter_context(frame)
+            target = item.optional_vars
+            if target is None:
+                continue
+            if isinstance(target, doc.Tuple) and len(target.elts) == 1 and isinstance(value, tvm.ir.Var):
+                value = (value,)
+            self.eval_assign(target=target, source=value, bind_value=_tirx_parser.bind_with_value)
+        self.visit_body(node.body)
+
+
+dispatch.register(token="tirx", type_name="With")(_visit_with)

@@ -2,9 +2,13 @@
 those statements."""
 from __future__ import annotations
 
+import math
+
+import tvm
 from tvm import tirx
 
 from tilex.ir.visit import map_nodes, walk
+from tilex.op.registry import parse_tile_op
 
 
 class KernelInfo:
@@ -14,8 +18,26 @@ class KernelInfo:
         self.block_extents = block_extents  # blockIdx var -> extent expr
 
 
+def _has_tile_work(body) -> bool:
+    """Whether `body` holds a tile operator or a T.Parallel loop (work whose threads tilex assigns)."""
+    found = False
+
+    def on_call(node):
+        nonlocal found
+        found = found or parse_tile_op(node) is not None
+
+    def on_for(node):
+        nonlocal found
+        found = found or node.kind == tirx.ForKind.PARALLEL
+
+    walk(body, [(tvm.ir.Call, on_call), (tirx.For, on_for)])
+    return found
+
+
 def kernel_info(func) -> KernelInfo | None:
-    """The (single) threadIdx.x var and block size of a T.Kernel program, or None if it has none."""
+    """The (single) threadIdx.x var and block size of a T.Kernel program, or None if it has none. A block of
+    several thread dimensions (``threads=(32, 4)``) is for SIMT bodies that index threads themselves: it has no
+    KernelInfo (the tile passes leave it alone), and tile operators or T.Parallel loops in it are refused."""
     threads = {}
     blocks = {}
 
@@ -34,7 +56,13 @@ def kernel_info(func) -> KernelInfo | None:
     if len(threads) > 1:
         extra = {k: v[1] for k, v in threads.items() if k != "threadIdx.x"}
         if any(e != 1 for e in extra.values()):
-            raise ValueError(f"tile operators need a 1-d thread block (T.Kernel(..., threads=int)), got {threads}")
+            if _has_tile_work(func.body):
+                shape = tuple(threads[t][1] for t in ("threadIdx.x", "threadIdx.y", "threadIdx.z") if t in threads)
+                raise ValueError(f"tile operators and T.Parallel need a 1-d thread block (T.Kernel(..., "
+                                 f"threads=int)); this kernel has threads={shape}. Write threads="
+                                 f"{math.prod(shape)} and derive the 2-d index from "
+                                 f"T.get_thread_binding(), or keep the body SIMT")
+            return None
     var, n = threads["threadIdx.x"]
     return KernelInfo(var, n, blocks)
 

@@ -1,0 +1,392 @@
+"""Run TileLang's own example programs under tilex, with only their imports changed.
+
+    python tools/tilelang_examples.py <TileLang checkout> [--jobs N] [--timeout S] [--only SUBSTR] [--cpu|--gpu]
+
+`<TileLang checkout>` is a directory holding TileLang's ``examples/`` (fetch github tile-ai/tilelang when you
+measure; its examples are never copied into this repository). Every Hopper-applicable example program is run in
+a process of its own in which ``import tilelang`` (and every ``tilelang.<sub>``) gives ``tilex`` (and
+``tilex.<sub>``) through an import hook: nothing in the example is edited.
+
+What "an example" is and how it runs:
+- a ``.py`` file under ``examples/`` that defines ``main`` or runs as a script (``if __name__ == "__main__"``),
+  that imports tilelang, outside the folders and files written for other hardware (AMD, sm100 / sm120,
+  Trainium), visualization tools and model-level scripts (``SKIP_DIRS`` / ``SKIP_MARKS``); helper modules (no
+  ``main``, no script guard) and programs of other systems (Triton's, not importing tilelang) are not examples;
+- its check is what TileLang's own test file in the same folder runs (the first ``<module>.main(...)`` call with
+  literal arguments found in a ``test_*.py``); without one, the file runs as ``__main__`` with no arguments.
+
+On a GPU machine (``--gpu``, the default when torch sees a GPU) the example runs for real: OK when it returns,
+FAIL when its check raises AssertionError (a wrong answer), ERROR otherwise. On a machine without a GPU
+(``--cpu``) torch's CUDA tensors are made on the CPU and every tilex kernel call returns zero-filled outputs without
+launching, so the example goes on and compiles every kernel it builds; the line says COMPILED when it ran to its
+end or to its check (whose AssertionError on zeros is expected), ERROR when anything before that failed.
+REFUSED marks an example stopped by something tilex says it does not do (NotImplementedError) and MISSING one
+that needs a Python package the machine lacks. The last lines are the counts.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import concurrent.futures as cf
+import importlib
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+
+#: folders under examples/ written for other hardware or that are not kernel programs
+SKIP_DIRS = {"amd", "aws", "deepseek_v32/inference", "flash_attention_sm100", "blockscaled_gemm_sm100", "gemm_sm120", "gemm_tcgen05",
+             "plot_layout", "visual_layout_inference", "analyze", "autodd", "iket", "bitnet-1.58b"}
+#: single files written for other hardware
+SKIP_MARKS = ("sm100", "sm120", "_amd", "amd_", "tcgen5", "cdna")
+
+ALIAS, TARGET = "tilelang", "tilex"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# discovery
+
+
+def _has_main_or_guard(tree):
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            return True
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test):
+            return True
+    return False
+
+
+def _imports_tilelang(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import) and any(a.name.split(".")[0] == ALIAS for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == ALIAS:
+            return True
+    return False
+
+
+def _test_calls(folder):
+    """{module name: (args, kwargs)} of the first ``<module>.main(...)`` call with literal arguments in the
+    folder's test files."""
+    calls = {}
+    for name in sorted(os.listdir(folder)):
+        if not (name.startswith("test_") and name.endswith(".py")):
+            continue
+        try:
+            tree = ast.parse(open(os.path.join(folder, name)).read())
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "main"
+                    and isinstance(node.func.value, ast.Name)):
+                continue
+            try:
+                args = [ast.literal_eval(a) for a in node.args]
+                kwargs = {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
+            except ValueError:
+                continue
+            calls.setdefault(node.func.value.id, (args, kwargs))
+    return calls
+
+
+def discover(root):
+    """The example programs under ``<root>/examples`` as dicts: path, module, folder, args, kwargs, how."""
+    base = os.path.join(root, "examples")
+    if not os.path.isdir(base):
+        raise SystemExit(f"{root} has no examples/ folder (give the path of a TileLang checkout)")
+    found = []
+    for dirpath, dirnames, files in os.walk(base):
+        rel = os.path.relpath(dirpath, base)
+        top = rel.split(os.sep)[0]
+        parts = [] if rel == "." else rel.split(os.sep)
+        if top in SKIP_DIRS or rel in SKIP_DIRS or any(part.startswith(".") or part == "__pycache__" for part in parts):
+            dirnames[:] = []
+            continue
+        dirnames.sort()
+        calls = _test_calls(dirpath)
+        for name in sorted(files):
+            if not name.endswith(".py") or name.startswith(("test_", "regression_")) or name == "conftest.py":
+                continue
+            if any(m in name for m in SKIP_MARKS):
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                tree = ast.parse(open(path).read())
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            if not _has_main_or_guard(tree) or not _imports_tilelang(tree):
+                continue
+            module = name[:-3]
+            args, kwargs = calls.get(module, ([], {}))
+            has_main = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+            how = "main" if module in calls and has_main else "script"
+            found.append({"path": path, "name": os.path.relpath(path, base), "module": module, "folder": dirpath,
+                          "args": args, "kwargs": kwargs, "how": how})
+    return found
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the import alias
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, target):
+        self.target = target
+
+    def create_module(self, spec):
+        return importlib.import_module(self.target)
+
+    def exec_module(self, module):
+        pass
+
+
+class TilelangAlias(importlib.abc.MetaPathFinder):
+    """``tilelang`` and ``tilelang.<sub>`` resolve to ``tilex`` and ``tilex.<sub>`` (the same module objects)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != ALIAS and not fullname.startswith(ALIAS + "."):
+            return None
+        real = TARGET + fullname[len(ALIAS):]
+        if importlib.util.find_spec(real) is None:
+            return None  # ModuleNotFoundError names tilelang.<sub>: tilex has no such module
+        return importlib.machinery.ModuleSpec(fullname, _AliasLoader(real), is_package=True)
+
+
+def install_alias():
+    sys.meta_path.insert(0, TilelangAlias())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# running without a GPU
+
+
+class _CompiledOnly:
+    """State of a CPU run: kernels compiled, kernel calls answered with zeros."""
+    kernels = 0
+    calls = 0
+
+
+def _cpu_torch():
+    """torch's CUDA tensors made on the CPU, and the torch.cuda calls examples make answered as a GPU would."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def fix(dev):
+        if isinstance(dev, torch.device) and dev.type == "cuda":
+            return torch.device("cpu")
+        if isinstance(dev, str) and dev.startswith("cuda"):
+            return "cpu"
+        if isinstance(dev, int) and not isinstance(dev, bool):
+            return "cpu"
+        return dev
+
+    class CudaOnCpu(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = dict(kwargs or {})
+            if "device" in kwargs:
+                kwargs["device"] = fix(kwargs["device"])
+            name = getattr(func, "__name__", "")
+            if name == "cuda":
+                return args[0]
+            if name == "to":
+                args = tuple(fix(a) if isinstance(a, (str, torch.device)) else a for a in args)
+            if name == "pin_memory":
+                return args[0]
+            return func(*args, **kwargs)
+
+    CudaOnCpu().__enter__()
+
+    class _Event:
+        def __init__(self, *a, **k):
+            self.t = 0.0
+
+        def record(self, *a, **k):
+            self.t = time.perf_counter()
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other):
+            return (other.t - self.t) * 1e3
+
+    cuda = torch.cuda
+    cuda.synchronize = lambda *a, **k: None
+    cuda.Event = _Event
+    cuda.manual_seed = lambda *a, **k: None
+    cuda.manual_seed_all = lambda *a, **k: None
+    cuda.get_device_capability = lambda *a, **k: (9, 0)
+    cuda.current_device = lambda: 0
+    cuda.device_count = lambda: 1
+    cuda.get_device_name = lambda *a, **k: "NVIDIA H100 (compile only, no GPU)"
+    cuda.empty_cache = lambda: None
+    cuda.set_device = lambda *a, **k: None
+    torch.Tensor.cuda = lambda self, *a, **k: self
+
+
+def _cpu_kernels():
+    """tilex kernel calls return zero-filled outputs instead of launching (the kernel has compiled by then)."""
+    import torch
+    from tilex.jit import kernel as kernel_mod
+
+    def call(self, *args, **kwargs):
+        _CompiledOnly.calls += 1
+        outs = []
+        checker = self._checker
+        given = list(args)
+        sizes = {}
+        # bind symbolic sizes from the given tensors (by parameter position, outputs excluded)
+        inputs = [s for s in checker.params if not s.is_output]
+        for spec, value in zip(inputs, given):
+            if spec.kind == "buffer" and isinstance(value, torch.Tensor) and spec.shape:
+                for d, n in zip(spec.shape, value.shape):
+                    if isinstance(d, tuple):
+                        sizes[d[1]] = int(n)
+        for spec in checker.params:
+            if not spec.is_output:
+                continue
+            shape = []
+            for d in spec.shape or ():
+                shape.append(sizes.get(d[1], 1) if isinstance(d, tuple) else (1 if d is None else int(d)))
+            outs.append(torch.zeros(shape, dtype=spec.torch_dtype or torch.float32))
+        if not outs:
+            return None
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    kernel_mod.JITKernel.__call__ = call
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one example, in its own process
+
+
+def _classify(exc, cpu):
+    """(status, reason) of an exception an example raised."""
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    head = " | ".join(line.strip() for line in text[:3])[:400]
+    if isinstance(exc, ModuleNotFoundError):
+        name = (exc.name or "").split(".")[0]
+        if name not in (ALIAS, TARGET, ""):
+            return "MISSING", f"needs the package {exc.name}"
+    if isinstance(exc, NotImplementedError):
+        return "REFUSED", head
+    if isinstance(exc, AssertionError):
+        if cpu:
+            return "COMPILED", "ran to its check (outputs are zeros without a GPU)"
+        return "FAIL", head
+    return "ERROR", head
+
+
+def run_one(example, cpu):
+    """Run one example here; returns {status, reason, seconds, kernels}."""
+    import runpy
+
+    t0 = time.time()
+    install_alias()
+    if cpu:
+        _cpu_torch()
+        _cpu_kernels()
+    os.chdir(example["folder"])
+    sys.path.insert(0, example["folder"])
+    sys.argv = [example["path"]]
+    try:
+        if example["how"] == "main":
+            mod = importlib.import_module(example["module"])
+            mod.main(*example["args"], **example["kwargs"])
+        else:
+            runpy.run_path(example["path"], run_name="__main__")
+        status, reason = ("COMPILED", "ran to its end") if cpu else ("OK", "its check passed")
+    except SystemExit as e:
+        status, reason = (("COMPILED" if cpu else "OK"), "exited 0") if not e.code else ("ERROR", f"exit {e.code}")
+    except BaseException as e:  # noqa: BLE001 - every outcome is reported
+        status, reason = _classify(e, cpu)
+        if status in ("ERROR", "FAIL") and os.environ.get("TILEX_EXAMPLES_TRACE"):
+            traceback.print_exc()
+    return {"status": status, "reason": reason, "seconds": round(time.time() - t0, 1),
+            "kernel_calls": _CompiledOnly.calls}
+
+
+def _spawn(example, cpu, timeout):
+    cmd = [sys.executable, os.path.abspath(__file__), "--run-one", json.dumps(example)] + (["--cpu"] if cpu else [])
+    env = dict(os.environ)
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("MPLBACKEND", "Agg")
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "ERROR", "reason": f"timed out after {timeout} s", "seconds": timeout}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("@@RESULT "):
+            return json.loads(line[len("@@RESULT "):])
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return {"status": "ERROR", "reason": f"process died (exit {proc.returncode}): " + " | ".join(tail)[:400],
+            "seconds": round(time.time() - t0, 1)}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("checkout", nargs="?")
+    ap.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
+    ap.add_argument("--timeout", type=int, default=900)
+    ap.add_argument("--only", action="append", default=[], help="run the examples whose path contains this")
+    ap.add_argument("--list", action="store_true", help="list the examples and how each runs; run nothing")
+    ap.add_argument("--json", help="write every result to this file")
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--cpu", action="store_true", help="compile only (no GPU): kernel calls return zeros")
+    mode.add_argument("--gpu", action="store_true")
+    ap.add_argument("--run-one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args.run_one:
+        result = run_one(json.loads(args.run_one), args.cpu)
+        sys.stdout.flush()
+        print("@@RESULT " + json.dumps(result), flush=True)
+        os._exit(0)  # no interpreter teardown: a stuck CUDA context must not hang the report
+
+    if not args.checkout:
+        ap.error("give the path of a TileLang checkout")
+    cpu = args.cpu
+    if not args.cpu and not args.gpu:
+        try:
+            import torch
+
+            cpu = not torch.cuda.is_available()
+        except ImportError:
+            cpu = True
+    examples = discover(os.path.abspath(args.checkout))
+    if args.only:
+        examples = [e for e in examples if any(s in e["name"] for s in args.only)]
+    if args.list:
+        for e in examples:
+            print(f"{e['name']:70s} {e['how']} {e['args']} {e['kwargs']}")
+        print(f"{len(examples)} examples")
+        return 0
+    print(f"# {len(examples)} TileLang examples, {'compile only (no GPU)' if cpu else 'on the GPU'}, "
+          f"{args.jobs} at a time", flush=True)
+    results = {}
+    with cf.ThreadPoolExecutor(args.jobs) as pool:
+        futures = {pool.submit(_spawn, e, cpu, args.timeout): e for e in examples}
+        for fut in cf.as_completed(futures):
+            e = futures[fut]
+            r = fut.result()
+            results[e["name"]] = r
+            print(f"{r['status']:9s} {e['name']:64s} {r['seconds']:7.1f}s  {r['reason']}", flush=True)
+    counts = {}
+    for r in results.values():
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    good = counts.get("COMPILED", 0) + counts.get("OK", 0)
+    print("# " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; {good} of {len(results)} "
+          f"{'compiled' if cpu else 'passed'}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
