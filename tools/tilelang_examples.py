@@ -224,6 +224,7 @@ def _cpu_torch():
     cuda.get_device_name = lambda *a, **k: "NVIDIA H100 (compile only, no GPU)"
     cuda.empty_cache = lambda: None
     cuda.set_device = lambda *a, **k: None
+    cuda.is_available = lambda: True  # examples that refuse to run without CUDA go on to compile
     torch.Tensor.cuda = lambda self, *a, **k: self
 
 
@@ -259,6 +260,27 @@ def _cpu_kernels():
     kernel_mod.JITKernel.__call__ = call
 
 
+def _cpu_autotune():
+    """The autotuner's benchmark phase picks the first configuration that compiled (nothing can be timed), after
+    the compile phase compiled them all; the autotune cache is not written."""
+    from tilex.autotuner import cache as acache
+    from tilex.autotuner import results as R
+    from tilex.autotuner import tuner
+
+    def benchmark(self, report):
+        ok = [r for r in report.results if r.status == R.COMPILED]
+        if not ok:
+            raise tuner.AutotuneError("tilex autotune: no configuration compiled:\n"
+                                      + R.format_table(report.results), report.results)
+        best = ok[0]
+        best.latency = 0.0
+        best.status = getattr(R, "OK", best.status)
+        return R.TuneResult(best, report.results)
+
+    tuner.AutoTuner.benchmark = benchmark
+    acache.save = lambda *a, **k: None  # an untimed choice must not become a tuned result
+
+
 # --------------------------------------------------------------------------------------------------------------
 # one example, in its own process
 
@@ -289,6 +311,7 @@ def run_one(example, cpu):
     if cpu:
         _cpu_torch()
         _cpu_kernels()
+        _cpu_autotune()
     os.chdir(example["folder"])
     sys.path.insert(0, example["folder"])
     sys.argv = [example["path"]]

@@ -13,12 +13,14 @@ from __future__ import annotations
 import contextlib
 
 import tvm
+from tvm import tirx
 from tvm.error import DiagnosticError
 from tvm.script import tirx as _tvm_T
 from tvm.script.parser.core import dispatch, doc
 from tvm.script.parser.core.error import ParserError
 from tvm.script.parser.tirx import parser as _tirx_parser
 
+from tilex.ir.visit import dtype_of
 from tilex.ir.source import TileScriptError, backtrace_requested, set_message
 from tilex.language.canonicalize import canonicalize
 
@@ -109,3 +111,38 @@ def _visit_with(self, node):
 
 
 dispatch.register(token="tirx", type_name="With")(_visit_with)
+
+
+def _int_widths_matched(a, b):
+    """(a, b) with the narrower of two integer scalars of different widths cast to the wider one, as C and
+    TileLang promote ``i < n`` for an int32 ``i`` and an int64 ``n`` (TVMScript's comparisons require equal types,
+    while its arithmetic already promotes)."""
+    if not (tvm.ir.is_prim_expr(a) and tvm.ir.is_prim_expr(b)):
+        return a, b
+    da, db = dtype_of(a), dtype_of(b)
+    ta, tb = tvm.DataType(da), tvm.DataType(db)
+    ints = (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT)
+    if ta.lanes != 1 or tb.lanes != 1 or ta.type_code not in ints or tb.type_code not in ints or ta.bits == tb.bits:
+        return a, b
+    if ta.bits < tb.bits:
+        return tirx.Cast(db, a), b
+    return a, tirx.Cast(da, b)
+
+
+def _promoting(compare):
+    def method(a, b):
+        return compare(*_int_widths_matched(a, b))
+
+    return method
+
+
+def _register_promoting_comparisons():
+    for ty in (tirx.Expr, tirx.IterVar):
+        for node in (doc.Eq, doc.NotEq, doc.Lt, doc.LtE, doc.Gt, doc.GtE):
+            for side in (0, 1):
+                compare = dispatch.get_op(ty, node, side)
+                if compare is not None:
+                    dispatch.register_op(ty, node, side)(_promoting(compare))
+
+
+_register_promoting_comparisons()

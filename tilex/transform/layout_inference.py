@@ -4,7 +4,9 @@ Consumes: a PrimFunc with tile-operator calls and T.Parallel nests (after pipeli
 Produces: the same body, with the function attribute ``tilex.layout_map`` (buffer -> encoded Layout/Fragment)
 and a ``tilex.loop_layout`` annotation on each T.Parallel nest that runs by a fragment layout.
 
-Operators are asked in priority order: every operator at the strict level (gemm pins its operand swizzles and
+A fragment the program reads or writes by element outside every tile operator and T.Parallel nest is fully
+replicated (every thread holds the whole tile), as a T.annotate_layout would pin it. Operators are asked in
+priority order: every operator at the strict level (gemm pins its operand swizzles and
 accumulator fragment), then the common level until nothing changes (layouts propagate through the buffers operators
 share), then each operator in program order at the free level (free choices such as a coalesced plan for a
 fragment nobody constrained), propagating again after each choice.
@@ -31,7 +33,8 @@ from tilex.op.base import (InferContext, InferLevel, LayoutConflictError, Layout
 from tilex.op.parallel import ParallelOp
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.layout_conversion import Conflict, insert_conversions
-from tilex.transform.op_collect import collect_fragment_views, collect_tile_ops
+from tilex.layout import Fragment
+from tilex.transform.op_collect import collect_fragment_views, collect_loose_fragments, collect_tile_ops
 
 MAX_CONVERSION_ROUNDS = 4  # a conversion's own copies can conflict in turn; more rounds than this is a bug
 
@@ -111,6 +114,8 @@ def layout_inference(func, target=None):
         return func
     pinned, body = _take_annotations(func.body)
     func = func.with_body(body)
+    for buf in collect_loose_fragments(func.body):  # read or written by element outside tile operators
+        pinned.setdefault(buf, Fragment.fully_replicated([int(e) for e in buf.shape], info.threads))
     notes = []
     for _ in range(MAX_CONVERSION_ROUNDS + 1):
         found = collect_tile_ops(func.body)

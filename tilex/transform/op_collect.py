@@ -5,7 +5,7 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex.ir.visit import walk
+from tilex.ir.visit import BufferLoadNode, walk
 
 from tilex.op.base import is_fragment
 from tilex.op.parallel import ParallelOp
@@ -66,3 +66,25 @@ def collect_fragment_views(body):
         if base is not None:
             out.append((d, FragmentView(base, d.buffer)))
     return out
+
+
+def collect_loose_fragments(body):
+    """The fragments the program reads or writes by element outside every tile operator and T.Parallel nest
+    (``if mask[k]:`` in a serial loop), in first-use order: each thread must hold the whole tile to do that."""
+    found = []
+
+    def note(buf):
+        if is_fragment(buf) and not any(b.same_as(buf) for b in found):
+            found.append(buf)
+
+    def on_eval(node):
+        if isinstance(node.value, tvm.ir.Call) and parse_tile_op(node.value) is not None:
+            return tvm_ffi.WalkResult.SKIP
+        return None
+
+    def on_for(node):
+        return tvm_ffi.WalkResult.SKIP if is_parallel_nest(node) else None
+
+    walk(body, [(tirx.Evaluate, on_eval), (tirx.For, on_for), (BufferLoadNode, lambda n: note(n.source)),
+                (tirx.BufferStore, lambda n: note(n.buffer))], order="pre")
+    return found
