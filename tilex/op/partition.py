@@ -30,6 +30,20 @@ def unflatten(flat, shape):
     return list(reversed(idx))
 
 
+def vector_unflatten(chunk, lane, extents, vector):
+    """The tile indices of lane `lane` of the `chunk`-th `vector`-element chunk of a row-major tile whose last
+    extent `vector` divides. For a last extent that is not a power of two, the lane is added to the last index
+    after the chunk is unflattened (so the vectorizer sees consecutive addresses: ``(8 c + v) / 192`` is not
+    provably ``8 c / 192``, and an index vector of 8 int32 lanes is not valid CUDA); otherwise the flat index is
+    unflattened as a whole (the simplifier reduces it to the same form)."""
+    last = _int(extents[-1])
+    if vector == 1 or last is None or last & (last - 1) == 0 or last % vector:
+        return unflatten(chunk * vector + lane, extents)
+    idx = unflatten(chunk, list(extents[:-1]) + [last // vector])
+    idx[-1] = idx[-1] * vector + lane
+    return idx
+
+
 def _int(x):
     if isinstance(x, int):
         return x
@@ -68,6 +82,24 @@ def coalesced_plan(extents, threads, vector):
 
         def index_fn(*ix):
             return tirx.floormod(row_major_offset(ix, extents), vector)
+
+        return Fragment(extents, thread_fn, index_fn)
+
+    last = extents[-1]
+    if last & (last - 1) and last % vector == 0:
+        # a last extent that is not a power of two: number the vector chunks (row, column // vector) directly, so
+        # that the map is a fuse-then-split TVM can invert (the flat offset's // and % by a power of two over a
+        # row of 192 elements is bijective but not provably so)
+        chunks = list(extents[:-1]) + [last // vector]
+
+        def chunk_of(ix):
+            return row_major_offset(list(ix[:-1]) + [tirx.floordiv(ix[-1], vector)], chunks)
+
+        def thread_fn(*ix):
+            return tirx.floormod(chunk_of(ix), threads)
+
+        def index_fn(*ix):
+            return tirx.floordiv(chunk_of(ix), threads) * vector + tirx.floormod(ix[-1], vector)
 
         return Fragment(extents, thread_fn, index_fn)
 
@@ -175,9 +207,9 @@ def emit_by_plan(ctx, extents, vector, make_body, name="i"):
         ctx.lane_vars.append(lv)
     ctx.analyzer.bind(it, tvm.ir.Range(0, rounds), allow_override=True)
     ctx.analyzer.bind(lv, tvm.ir.Range(0, vector), allow_override=True)
-    flat = (it * ctx.threads + t) * vector + lv
-    indices = unflatten(flat, extents)
-    guard_indices = unflatten((it * ctx.threads + t) * vector, extents)
+    chunk = it * ctx.threads + t
+    indices = vector_unflatten(chunk, lv, extents, vector)
+    guard_indices = unflatten(chunk * vector, extents)
     body = make_body(indices, guard_indices)
     if total % per_round != 0:
         body = tirx.IfThenElse((it * ctx.threads + t) * vector < total, body, None)
