@@ -56,3 +56,21 @@ def test_int32_and_int64_compare():
 
     src = tilex.compile(guarded, target="sm_90a").get_kernel_source()
     assert "< n)" in src and "(int64_t)" in src
+
+
+def test_a_mask_the_analyzer_cannot_bound_is_kept_per_element():
+    """A T.Parallel select whose condition has no finite bound over the tile (it reads a kernel argument) is not
+    split into whole-tile cases: the analyzer's symbolic infinities once reached the program as unbound variables
+    (neg_inf, pos_inf)."""
+
+    @T.prim_func
+    def masked(S: T.Tensor((64, 64), "float32"), shift: T.int32, O: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            acc = T.alloc_fragment((64, 64), "float32")
+            for i, j in T.Parallel(64, 64):
+                allowed = T.if_then_else(i // 16 >= j // 16 + shift, 1, 0)
+                acc[i, j] = T.if_then_else(allowed > 0, S[i, j], -1.0e6)
+            T.copy(acc, O)
+
+    src = tilex.compile(masked, target="sm_90a").get_kernel_source()
+    assert "neg_inf" not in src and "pos_inf" not in src and "shift" in src

@@ -5,6 +5,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 from tvm import tirx
+from tvm.sym import int_set
 
 from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, free_vars, map_nodes, seq, seq_items,
                             substitute, walk)
@@ -373,6 +374,10 @@ class ParallelOp(TileOp):
 _COMPARISONS = (tirx.GE, tirx.GT, tirx.LE, tirx.LT)
 
 
+def _unbounded(bound):
+    return bound.same_as(int_set.pos_inf()) or bound.same_as(int_set.neg_inf())
+
+
 def _holds_everywhere(cond, dom, analyzer):
     """(cond holds on the whole domain, cond fails on the whole domain) as conditions free of the loop vars, or
     None when `cond` is not a conjunction of integer comparisons."""
@@ -385,6 +390,8 @@ def _holds_everywhere(cond, dom, analyzer):
         return None
     d = analyzer.int_set(cond.a - cond.b, dom)
     lo, hi = d.min_value, d.max_value
+    if _unbounded(lo) or _unbounded(hi):  # the analyzer's symbolic infinities must not reach the program
+        return None
     if isinstance(cond, tirx.GE):
         return lo >= 0, hi < 0
     if isinstance(cond, tirx.GT):
