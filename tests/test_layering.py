@@ -16,15 +16,17 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tilex"
 
 LAYERS = {  # package -> rank (higher may import lower)
-    "config": 0, "env": 0, "dtypes": 0,
+    "pass_config": -1,  # TileLang's pass-config keys, read by config
+    "config": 0, "env": 0, "dtypes": 0, "math": 0, "log": 0,
     "ir": 1,
     "quant": 2,
     "layout": 2,
+    "utils": 2,  # TileLang's torch and target helpers (tilex.utils.tensor / .target)
     "op": 3,
     "language": 4, "transform": 4,
     "engine": 5,
-    "jit": 6,
-    "autotuner": 7,
+    "jit": 6, "contrib": 6,
+    "autotuner": 7, "profiler": 7, "testing": 7, "carver": 7, "tools": 7,
     "kernels": 8,
     "ops": 9,
     "relax": 10,

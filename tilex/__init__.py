@@ -23,7 +23,17 @@ from .autotuner import autotune, AutoTuner  # noqa: E402
 from .autotuner.dispatch import load  # noqa: E402
 from .ir.source import TileScriptError  # noqa: E402
 from .op.base import LayoutConflictError, LayoutConversionWarning, TileOpError  # noqa: E402
+from .pass_config import PassConfigKey  # noqa: E402
+# TileLang's package-level names outside the kernel language (``tilelang.profiler``, ``tilelang.cdiv``, ...)
+from . import contrib, math, profiler, tools, utils  # noqa: E402
+from .math import cdiv, next_power_of_2  # noqa: E402
+from .jit.profiler import Profiler  # noqa: E402
+from .utils.tensor import TensorSupplyType  # noqa: E402
+from .jit.cache import disable as disable_cache, enable as enable_cache, enabled as is_cache_enabled  # noqa: E402
+from .log import set_log_level  # noqa: E402
 
 __all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "TilexPerformanceWarning", "env",
            "dtypes", "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError",
-           "LayoutConversionWarning", "load", "ExportError", "custom_op"]
+           "LayoutConversionWarning", "load", "ExportError", "custom_op", "PassConfigKey",
+           "contrib", "math", "profiler", "tools", "utils", "cdiv", "next_power_of_2", "Profiler", "TensorSupplyType",
+           "disable_cache", "enable_cache", "is_cache_enabled", "set_log_level"]

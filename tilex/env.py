@@ -20,6 +20,7 @@ __all__ = [
     "normalize_arch",
     "resolve_target",
     "DEFAULT_ARCH",
+    "cache_dir",
 ]
 
 #: Arch used when no GPU is visible and the caller asked for "auto"/"cuda": codegen-only use
@@ -235,3 +236,20 @@ def target_arch(target) -> str:
     if arch:
         return normalize_arch(str(arch))
     return _auto_arch()
+
+
+def cache_dir() -> str:
+    """tilex's cache directory: ``$TILEX_CACHE_DIR``, else ``~/.cache/tilex`` (compiled kernels; the autotuner
+    keeps its results under ``autotune/`` in it)."""
+    return os.environ.get("TILEX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tilex")
+
+
+#: Attributes read like TileLang's ``tilelang.env.<NAME>`` (``tilex.env.TILEX_CACHE_DIR``; the TileLang spelling
+#: ``TILELANG_CACHE_DIR`` names the same directory), computed when read.
+_SETTINGS = {"TILEX_CACHE_DIR": cache_dir, "TILELANG_CACHE_DIR": cache_dir}
+
+
+def __getattr__(name: str):
+    if name in _SETTINGS:
+        return _SETTINGS[name]()
+    raise AttributeError(f"module 'tilex.env' has no attribute {name!r}")

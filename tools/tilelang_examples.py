@@ -226,6 +226,13 @@ def _cpu_torch():
     cuda.set_device = lambda *a, **k: None
     cuda.is_available = lambda: True  # examples that refuse to run without CUDA go on to compile
     torch.Tensor.cuda = lambda self, *a, **k: self
+    real_generator = torch.Generator
+
+    class _Generator:  # torch.Generator(device="cuda") gives a CPU generator
+        def __new__(cls, device="cpu"):
+            return real_generator(device=fix(device))
+
+    torch.Generator = _Generator
 
 
 def _cpu_kernels():

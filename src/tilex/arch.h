@@ -29,3 +29,4 @@ extern "C" __device__ void tilex_error_cp_async_requires_sm_80(void);
 extern "C" __device__ void tilex_error_wgmma_requires_sm_90a(void);
 extern "C" __device__ void tilex_error_tma_mbarrier_requires_sm_90(void);
 extern "C" __device__ void tilex_error_clusters_require_sm_90(void);
+extern "C" __device__ void tilex_error_griddepcontrol_requires_sm_90(void);

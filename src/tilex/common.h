@@ -8,6 +8,8 @@
 #include "tilex/mma_sm80.h"
 #include "tilex/wgmma_sm90.h"
 #include "tilex/reduce.h"
+#include "tilex/warp.h"
+#include "tilex/builtin.h"
 #include "tilex/fast_math.h"
 #include "tilex/atomic.h"
 #include "tilex/debug.h"

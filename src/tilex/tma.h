@@ -35,6 +35,27 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(void* bar, unsigned bytes)
 #endif
 }
 
+// Add `bytes` to the transaction count the barrier's current phase waits for, without arriving (the caller's
+// arrival, or other threads', completes the phase once the bytes have landed).
+__device__ __forceinline__ void mbar_expect_tx(void* bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_tma_mbarrier_requires_sm_90();
+#endif
+}
+
+// Arrive on the barrier once every cp.async this thread issued before has landed, without adding to the arrivals
+// the phase expects (the barrier's count includes this arrival).
+__device__ __forceinline__ void cp_async_mbar_arrive_noinc(void* bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+#elif defined(__CUDA_ARCH__)
+  tilex_error_cp_async_requires_sm_80();
+#endif
+}
+
 __device__ __forceinline__ void mbar_arrive(void* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
@@ -220,6 +241,17 @@ __device__ __forceinline__ void bulk_wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 #elif defined(__CUDA_ARCH__)
   static_assert(arch_unsupported<N>::value, "tilex::bulk_wait_read: TMA needs sm_90+");
+#endif
+}
+
+// Wait until at most N bulk groups of this thread are still in flight (their global writes done, not only their
+// shared-memory reads).
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+#elif defined(__CUDA_ARCH__)
+  static_assert(arch_unsupported<N>::value, "tilex::bulk_wait: TMA needs sm_90+");
 #endif
 }
 

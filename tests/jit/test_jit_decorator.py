@@ -154,8 +154,8 @@ def test_decorated_prim_func():
 # ------------------------------------------------------------------------------------------------
 # TileLang's arguments
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name, value", [("compile_flags", ["-O3"]), ("execution_backend", "cython"),
-                                         ("target_host", "llvm"), ("verbose", True)])
+@pytest.mark.parametrize("name, value", [("execution_backend", "cython"), ("target_host", "llvm"),
+                                         ("verbose", True)])
 def test_unsupported_tilelang_arguments_are_rejected(name, value):
     with pytest.raises(TypeError, match=f"{name}=.* is not supported"):
         tilex.jit(**{name: value})

@@ -16,7 +16,8 @@ Modules: :mod:`~tilex.autotuner.tuner` (AutoTuner, the ``autotune`` decorator; h
 (statuses, per-configuration results, tables), :mod:`~tilex.autotuner.inputs` (benchmark inputs, output checks),
 :mod:`~tilex.autotuner.bench` (:func:`do_bench`, L2 flushed; the timing core is :mod:`tilex.jit.bench`),
 :mod:`~tilex.autotuner.smem` (shared memory per block), :mod:`~tilex.autotuner.cache`
-(``$TILEX_CACHE_DIR/autotune``; :func:`clear_cache`).
+(``$TILEX_CACHE_DIR/autotune``; :func:`clear_cache`), :mod:`~tilex.autotuner.capture` (``with
+set_autotune_inputs(a, b):`` tunes on those inputs).
 
 ``tilex.autotuner.jit`` is the ``@tilex.jit`` decorator itself (:func:`tilex.jit.decorator.jit`), kept here for
 code written when it lived in this package.
@@ -25,6 +26,7 @@ from tilex.jit.decorator import jit
 
 from .bench import do_bench
 from .cache import autotune_cache_dir, clear_cache
+from .capture import get_autotune_inputs, set_autotune_inputs
 from .inputs import default_supply
 from .results import (BUILD_ERROR, COMPILED, OK, RUNTIME_ERROR, SKIPPED, SMEM, TIMEOUT, WRONG, AutotuneError,
                       CompileReport, ConfigResult, TuneResult, format_table)
@@ -34,4 +36,5 @@ from .tuner import AutotunedFactory, AutoTuner, autotune
 __all__ = ["autotune", "AutoTuner", "AutotunedFactory", "AutotuneError", "TuneResult", "ConfigResult",
            "CompileReport", "do_bench", "clear_cache", "autotune_cache_dir", "shared_memory_bytes",
            "device_shared_memory_limit", "shared_memory_usage", "default_supply", "format_table", "jit",
-           "OK", "COMPILED", "BUILD_ERROR", "SMEM", "TIMEOUT", "WRONG", "RUNTIME_ERROR", "SKIPPED"]
+           "OK", "COMPILED", "BUILD_ERROR", "SMEM", "TIMEOUT", "WRONG", "RUNTIME_ERROR", "SKIPPED",
+           "set_autotune_inputs", "get_autotune_inputs"]

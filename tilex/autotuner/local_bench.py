@@ -5,6 +5,8 @@ Produces: each result's status (``"ok"``, ``"wrong"`` or ``"runtime_error"``), `
 ``device``; with ``time_it=False`` only the check (a result that passes keeps status ``"compiled"``, for the
 remote machines to time). Items run on one thread per GPU (:func:`~tilex.autotuner.devices.run_on_devices`), so
 inputs and reference outputs are made once per device and input signature; ``ref_prog`` itself is timed once.
+With ``early_stop_factor`` (TileLang's early stop), a configuration whose five-call estimate exceeds that factor
+times the best latency measured so far (on any device) gets the estimate as its latency without further timing.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ class LocalBench:
     """Checks and times configurations on local GPUs (see the module docstring)."""
 
     def __init__(self, supply, ref_prog, check: bool, rtol: float, atol: float, warmup: float, rep: float,
-                 cache_inputs: bool = True, time_it: bool = True, progress=None):
+                 cache_inputs: bool = True, time_it: bool = True, progress=None,
+                 early_stop_factor: float | None = None, backend: str = "event"):
         self.supply, self.ref_prog, self.check = supply, ref_prog, check
         self.rtol, self.atol, self.warmup, self.rep = rtol, atol, warmup, rep
         self.cache_inputs, self.time_it, self.progress = cache_inputs, time_it, progress
@@ -33,6 +36,8 @@ class LocalBench:
         self._inputs: dict = {}  # (device, input signature) -> (inputs, reference outputs)
         self._lock = threading.Lock()
         self._ref_timed = False
+        self.early_stop_factor, self.backend = early_stop_factor, backend
+        self.best_latency = None  # the lowest latency measured so far (early stop's baseline)
 
     def run(self, todo, devices) -> None:
         run_on_devices(todo, self.measure, devices)
@@ -58,7 +63,8 @@ class LocalBench:
             self._ref_timed = True
         if first:
             try:
-                self.ref_latency = bench.do_bench(lambda: self.ref_prog(*inputs), self.warmup, self.rep)
+                self.ref_latency = bench.do_bench(lambda: self.ref_prog(*inputs), self.warmup, self.rep,
+                                                  backend=self.backend)
             except Exception as e:  # noqa: BLE001
                 logger.info("tilex autotune: timing ref_prog failed: %s", e)
         return entry
@@ -79,8 +85,16 @@ class LocalBench:
                     return
             del out
             if self.time_it:
-                r.latency = bench.do_bench(lambda: kernel(*inputs), self.warmup, self.rep)
+                with self._lock:
+                    best = self.best_latency
+                baseline = best * self.early_stop_factor if self.early_stop_factor and best is not None else None
+                extra = {"early_stop_baseline": baseline} if baseline is not None else {}
+                r.latency = bench.do_bench(lambda: kernel(*inputs), self.warmup, self.rep, backend=self.backend,
+                                           **extra)
                 r.status, r.device = OK, dev
+                with self._lock:
+                    if self.best_latency is None or r.latency < self.best_latency:
+                        self.best_latency = r.latency
         except Exception as e:  # noqa: BLE001
             r.status, r.reason, r.error = RUNTIME_ERROR, reason_of(e), error_text(e)
         finally:

@@ -59,9 +59,11 @@ from tilex import env
 from tilex.ir.hardware import num_sms
 from tilex.jit import cache as kcache
 from tilex.jit import compile as compile_kernel
+from tilex.utils.tensor import TensorSupplyType, supply_tensor
 
 from . import smem
 from . import cache as acache
+from .capture import captured_supply, get_autotune_inputs
 from .cost_model import CostModel, MeasurementDB, known_before_compiling, program_features
 from .devices import bench_devices
 from .dynamic import build_dynamic_kernel, profile, sized_supply
@@ -149,7 +151,7 @@ class AutoTuner:
                  ref_prog=None, supply=None, rtol=1e-2, atol=1e-2, skip_check=False, cache_input_tensors=True,
                  max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
                  parallel="auto", dynamic=None, top_k=None, record=True, cost_db=None, devices=None,
-                 runners=None):
+                 runners=None, supply_type=None, early_stop=False, early_stop_factor=2.0, backend="event"):
         if configs is None:
             raise ValueError("tilex.autotune: configs is required (a list of dicts, a dict of lists, or a callable)")
         inner = unwrap_factory(factory)
@@ -171,7 +173,9 @@ class AutoTuner:
         if pass_configs is not None:
             self.pass_configs = pass_configs
         self.set_profile_args(warmup=warmup, rep=rep, ref_prog=ref_prog, supply=supply, rtol=rtol, atol=atol,
-                              skip_check=skip_check, cache_input_tensors=cache_input_tensors)
+                              skip_check=skip_check, cache_input_tensors=cache_input_tensors, supply_type=supply_type,
+                              backend=backend)
+        self.set_early_stop(early_stop, early_stop_factor)
         self.set_tune_args(max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
                            max_shared_memory=max_shared_memory, parallel=parallel, devices=devices,
                            runners=runners)
@@ -190,20 +194,38 @@ class AutoTuner:
             raise TypeError("AutoTuner.from_kernel: pass the kernel factory")
         return cls(kernel, configs, **kw)
 
-    def set_compile_args(self, out_idx=None, target="auto", pass_configs=None) -> "AutoTuner":
-        """Arguments for ``tilex.compile`` (``out_idx``, ``target``, ``pass_configs``)."""
+    def set_compile_args(self, out_idx=None, target="auto", pass_configs=None, execution_backend=None,
+                         target_host=None, verbose=None) -> "AutoTuner":
+        """Arguments for ``tilex.compile`` (``out_idx``, ``target``, ``pass_configs``). TileLang's
+        ``execution_backend`` (how the host calls the kernel: "auto", "tvm_ffi", "cython", "nvrtc", "torch") and
+        ``verbose`` are accepted and change nothing: tilex has one caller, and the results are the same.
+        ``target_host`` other than None raises NotImplementedError (tilex's host code is LLVM for this machine)."""
+        if execution_backend not in (None, "auto", "tvm_ffi", "cython", "nvrtc", "torch"):
+            raise ValueError(f"tilex.autotune: unknown execution_backend {execution_backend!r}")
+        if target_host is not None:
+            raise NotImplementedError("tilex AutoTuner.set_compile_args(target_host=...): tilex builds the host "
+                                      "code for this machine only")
         self.out_idx = out_idx
         self.target = target
         self.pass_configs = pass_configs
         return self
 
     def set_profile_args(self, warmup=25, rep=100, ref_prog=None, supply=None, rtol=1e-2, atol=1e-2,
-                         skip_check=False, cache_input_tensors=True, supply_prog=None) -> "AutoTuner":
+                         skip_check=False, cache_input_tensors=True, supply_prog=None, supply_type=None,
+                         backend="event") -> "AutoTuner":
         """Benchmark and check settings. ``warmup``/``rep`` are milliseconds as in :func:`do_bench`;
         ``supply(params) -> list of tensors`` makes the inputs (``params``: the kernel's non-output
-        :class:`tilex.jit.ParamSpec` list; ``supply_prog`` is accepted as TileLang's name for it)."""
+        :class:`tilex.jit.ParamSpec` list; ``supply_prog`` is accepted as TileLang's name for it); without one,
+        ``supply_type`` (a :class:`tilex.TensorSupplyType`) fills them as the profiler does, and without that
+        :func:`~tilex.autotuner.inputs.default_supply` does. Inputs given by an enclosing
+        ``with set_autotune_inputs(...)`` (:mod:`tilex.autotuner.capture`) win over all three. ``backend``: how
+        :func:`tilex.jit.bench.do_bench` times ("event", "cupti" or "cudagraph")."""
         if supply is not None and supply_prog is not None:
             raise TypeError("pass supply or supply_prog, not both")
+        if backend not in ("event", "cupti", "cudagraph"):
+            raise ValueError(f"tilex.autotune: backend must be 'event', 'cupti' or 'cudagraph', got {backend!r}")
+        self.supply_type = None if supply_type is None else TensorSupplyType.of(supply_type)
+        self.backend = backend
         self.warmup = warmup
         self.rep = rep
         self.ref_prog = ref_prog
@@ -212,6 +234,16 @@ class AutoTuner:
         self.atol = atol
         self.skip_check = skip_check
         self.cache_input_tensors = cache_input_tensors
+        return self
+
+    def set_early_stop(self, early_stop=False, early_stop_factor=2.0) -> "AutoTuner":
+        """TileLang's early stop: with ``early_stop``, a configuration whose five-call estimate exceeds
+        ``early_stop_factor`` times the best latency measured so far is not timed further; its estimate is its
+        latency (so it is not chosen). Raises ValueError for a factor below 1."""
+        if early_stop and not early_stop_factor >= 1.0:
+            raise ValueError(f"tilex.autotune: early_stop_factor must be >= 1.0, got {early_stop_factor}")
+        self.early_stop = bool(early_stop)
+        self.early_stop_factor = float(early_stop_factor)
         return self
 
     def set_tune_args(self, max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
@@ -438,7 +470,7 @@ class AutoTuner:
         if check and not as_list(report.job.out_idx):
             raise AutotuneError("tilex autotune: checking against ref_prog needs out_idx (the kernel must return "
                                 "its outputs); set out_idx or skip_check=True", results)
-        supply = self.supply or default_supply
+        supply = self._supply()
         todo = [r for r in results if r.status == COMPILED]
         features = self._features(report, todo) if (self.top_k or self.record) else {}
         if self.top_k and len(todo) > self.top_k:
@@ -448,7 +480,9 @@ class AutoTuner:
                                                       "tilex autotune: bench")
                            + (f" on {len(devices)} GPUs" if len(devices) > 1 else ""))
         local_bench = LocalBench(supply, self.ref_prog, check, self.rtol, self.atol, self.warmup, self.rep,
-                                 cache_inputs=self.cache_input_tensors, time_it=not self.runners, progress=bar)
+                                 cache_inputs=self.cache_input_tensors, time_it=not self.runners, progress=bar,
+                                 early_stop_factor=self.early_stop_factor if self.early_stop else None,
+                                 backend=self.backend)
         try:
             if local:
                 local_bench.run(todo, devices)
@@ -469,6 +503,21 @@ class AutoTuner:
             raise AutotuneError("tilex autotune: no configuration worked:\n" + format_table(results), results)
         _label(best)
         return TuneResult(best, results, ref_latency=local_bench.ref_latency)
+
+    def _supply(self):
+        """The benchmark's ``supply(params)``: inputs captured by ``set_autotune_inputs`` (read in this thread),
+        else ``supply``, else ``supply_type``'s tensors, else :func:`default_supply`."""
+        captured = get_autotune_inputs()
+        if captured is not None:
+            if self.supply is not None:
+                logger.warning("tilex autotune: supply is ignored inside `with set_autotune_inputs(...)`")
+            return captured_supply(captured)
+        if self.supply is not None:
+            return self.supply
+        if self.supply_type is not None:
+            kind = self.supply_type
+            return lambda params: [supply_tensor(p, kind) for p in params]
+        return default_supply
 
     # -- the cost model (tilex.autotuner.cost_model)
     def _db(self):
@@ -568,12 +617,55 @@ class AutoTuner:
     # -- both phases + the cache
     def run(self, *args, **kwargs) -> TuneResult:
         """Tune for these factory arguments: return the cached best configuration when there is one, else
-        compile every configuration, check and time them, cache and return the best."""
+        compile every configuration, check and time them, cache and return the best.
+
+        TileLang's ``run`` options are taken too, for this run, when the factory has no parameter of that name:
+        ``warmup``, ``rep``, ``early_stop``, ``early_stop_factor``, ``benchmark_devices`` (with
+        ``benchmark_multi_gpu=True``: the GPUs that time configurations); ``use_pipeline``,
+        ``enable_grouped_compile``, ``group_compile_size`` order TileLang's compile work and change nothing here
+        (tilex compiles every configuration in parallel already). ``timeout`` (a time limit on each
+        configuration's benchmark) raises NotImplementedError: tilex's ``timeout`` limits compilation only."""
+        options = self._run_options(kwargs)
+        if not options:
+            return self._run(args, kwargs)
+        saved = {k: getattr(self, k) for k in ("warmup", "rep", "early_stop", "early_stop_factor", "devices")}
+        try:
+            if "warmup" in options:
+                self.warmup = options["warmup"]
+            if "rep" in options:
+                self.rep = options["rep"]
+            if "early_stop" in options or "early_stop_factor" in options:
+                self.set_early_stop(options.get("early_stop", self.early_stop),
+                                    options.get("early_stop_factor", self.early_stop_factor))
+            if options.get("benchmark_multi_gpu") and options.get("benchmark_devices") is not None:
+                self.devices = list(options["benchmark_devices"])
+            return self._run(args, {k: v for k, v in kwargs.items() if k not in options})
+        finally:
+            for k, v in saved.items():
+                setattr(self, k, v)
+
+    #: TileLang's AutoTuner.run keyword arguments
+    RUN_OPTIONS = ("warmup", "rep", "timeout", "early_stop", "early_stop_factor", "use_pipeline",
+                   "enable_grouped_compile", "group_compile_size", "benchmark_devices", "benchmark_multi_gpu")
+
+    def _run_options(self, kwargs) -> dict:
+        """The keyword arguments of ``run`` that are TileLang's run options, not factory parameters."""
+        try:
+            params = inspect.signature(self.factory).parameters
+        except (TypeError, ValueError):
+            params = {}
+        options = {k: kwargs[k] for k in self.RUN_OPTIONS if k in kwargs and k not in params}
+        if options.get("timeout"):
+            raise NotImplementedError("tilex AutoTuner.run(timeout=...): a time limit on each configuration's "
+                                      "benchmark is not implemented (AutoTuner(timeout=...) limits compilation)")
+        return options
+
+    def _run(self, args, kwargs) -> TuneResult:
         job = self._bind(args, kwargs)
         dim = self._dynamic_dim(job)
         if dim is not None:
             return self._run_dynamic(job, dim)
-        key = self._key(job) if self.cache else None
+        key = self._key(job) if self.cache and kcache.enabled() else None
         if key is not None:
             hit = self._from_cache(job, key)
             if hit is not None:
@@ -614,7 +706,7 @@ class AutoTuner:
             raise AutotuneError("tilex autotune: a dynamic size is profiled on the local GPU; runners= (remote "
                                 "timing) takes static shapes only")
         max_value = self.dynamic[dim]
-        key = self._key(job) if self.cache else None
+        key = self._key(job) if self.cache and kcache.enabled() else None
         report = self._compile_job(job)
         if not report.compiled:
             raise AutotuneError("tilex autotune: no configuration compiled:\n" + report.table(), report.results)
@@ -817,7 +909,8 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
              skip_check=False, cache_input_tensors=True, max_workers=None, timeout=None, out_idx=None,
              target="auto", pass_configs=None, cache=True, progress=True, max_shared_memory=None,
              parallel="auto", supply_prog=None, dynamic=None, top_k=None, record=True, cost_db=None,
-             devices=None, runners=None):
+             devices=None, runners=None, supply_type=None, early_stop=False, early_stop_factor=2.0,
+             backend="event"):
     """Decorator: tune a kernel factory over ``configs`` and return the best compiled kernel.
 
     ::
@@ -845,6 +938,10 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
 
     Configurations are timed on every visible GPU of the host side by side (``devices``: a count or a list of
     indices instead); ``runners=[RemoteRunner(...)]`` times them on other machines through TVM's RPC tracker.
+
+    TileLang's ``supply_type`` (how inputs are filled when no ``supply`` is given), ``early_stop`` /
+    ``early_stop_factor`` (:meth:`AutoTuner.set_early_stop`) and ``backend`` (the timing method) are taken too;
+    ``with tilex.autotuner.set_autotune_inputs(...)`` around the call gives the inputs.
     """
     if supply is not None and supply_prog is not None:
         raise TypeError("pass supply or supply_prog, not both")
@@ -855,7 +952,9 @@ def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol
                           rtol=rtol, atol=atol, skip_check=skip_check, cache_input_tensors=cache_input_tensors,
                           max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
                           max_shared_memory=max_shared_memory, parallel=parallel, dynamic=dynamic, top_k=top_k,
-                          record=record, cost_db=cost_db, devices=devices, runners=runners)
+                          record=record, cost_db=cost_db, devices=devices, runners=runners,
+                          supply_type=supply_type, early_stop=early_stop, early_stop_factor=early_stop_factor,
+                          backend=backend)
         return AutotunedFactory(fn, tuner)
 
     if func is not None:

@@ -5,7 +5,9 @@ On import this module registers (once, overriding TVM's defaults):
 * ``tvm_callback_cuda_compile(code)`` -- TVM calls it to turn generated CUDA C++ into a binary, at build
   time when the CUDA runtime is loaded (GPU machine) or when a source-only module is loaded later.
   We compile with nvcc to a cubin for the arch of ``tvm.target.Target.current()`` (else the detected GPU,
-  else :data:`tilex.env.DEFAULT_ARCH`), with ``-I <tilex include dir>``.
+  else :data:`tilex.env.DEFAULT_ARCH`), with ``-I <tilex include dir>`` and the extra flags of the tilex options in
+  effect (:func:`option_flags`: ``compile_flags=``, TileLang's ``tl.device_compile_flags`` / ``tl.enable_fast_math``
+  / ``tl.ptxas_register_usage_level``).
 * ``tvm_callback_cuda_postproc(code, target)`` -- runs at codegen time; prepends
   ``#include "tilex/common.h"`` when that header exists and the code does not include it yet, applies the
   launch markers of warp-specialized kernels to ``__launch_bounds__`` / ``__cluster_dims__`` and aligns dynamic
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -34,16 +37,16 @@ from typing import Iterator, Sequence
 import tvm  # noqa: F401 - TVM's own CUDA callbacks are registered first, then overridden here
 import tvm_ffi
 
-from tilex import env
+from tilex import config, env
 from tilex.ir import intrin
 
 __all__ = ["TilexCompileError", "compile_cuda", "nvcc_command", "register_hooks", "compile_count",
-           "COMMON_HEADER", "NvccRun", "capture", "nvcc_version", "nvcc_available", "RESOURCE_FLAGS"]
+           "COMMON_HEADER", "NvccRun", "capture", "nvcc_version", "nvcc_available", "RESOURCE_FLAGS", "option_flags"]
 
 COMMON_HEADER = "tilex/common.h"
 
-#: Flags always passed to nvcc (no --use_fast_math: correctness first; add it via ``options`` or
-#: ``$TILEX_NVCC_FLAGS`` if wanted).
+#: Flags always passed to nvcc (no --use_fast_math: correctness first; add it via ``options`` (a kernel's
+#: ``compile_flags``, ``tl.enable_fast_math``) or ``$TILEX_NVCC_FLAGS`` if wanted).
 BASE_FLAGS = (
     "-O3",
     "-std=c++17",
@@ -96,12 +99,14 @@ def compile_count() -> int:
 @dataclass(frozen=True)
 class NvccRun:
     """One successful :func:`compile_cuda` call: ``arch``, ``fmt``, ``output`` (nvcc's stdout and stderr,
-    ptxas's ``--resource-usage`` report included), ``binary`` (the cubin / ptx / fatbin bytes)."""
+    ptxas's ``--resource-usage`` report included), ``binary`` (the cubin / ptx / fatbin bytes), ``command`` (the
+    nvcc command line, temporary paths included)."""
 
     arch: str
     fmt: str
     output: str
     binary: bytes
+    command: tuple = ()
 
 
 _capture_state = threading.local()
@@ -123,8 +128,8 @@ def capture() -> Iterator[list]:
     stack.append(runs)
     try:
         yield runs
-    finally:
-        stack.remove(runs)
+    finally:  # by identity: list.remove would take the first *equal* list, another block's
+        del stack[next(i for i, r in enumerate(stack) if r is runs)]
 
 
 def _record(run: NvccRun) -> None:
@@ -186,12 +191,14 @@ def nvcc_command(src: str, out: str, arch: str, options: Sequence[str] | None = 
     return cmd
 
 
-def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, fmt: str = "cubin") -> bytes:
+def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, fmt: str = "cubin",
+                 dump_dir: str | None = None) -> bytes:
     """Compile CUDA C++ ``source`` with nvcc for ``arch`` (``"sm_90a"``, ``"sm_80"``, ...).
 
     Returns the cubin (or ptx/fatbin for ``fmt``) bytes. On failure raises :class:`TilexCompileError`
-    with the command, the first 60 lines of nvcc's output, and the path of the kept ``.cu`` file.
-    ``$TILEX_DUMP_DIR``, if set, receives a copy of every compiled source. Each success is handed, with nvcc's
+    with the command, the first 60 lines of nvcc's output, and the path of the kept ``.cu`` file. ``options`` are
+    extra nvcc flags (after tilex's own). ``$TILEX_DUMP_DIR``, if set, receives a copy of every compiled source, and
+    ``dump_dir`` (a kernel's ``tilex.kernels_output_dir``) a copy of this one. Each success is handed, with nvcc's
     output (ptxas's resource report), to the :func:`capture` blocks open in this thread.
     """
     global _compile_count
@@ -203,8 +210,7 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, f
     out = os.path.join(tmp, f"kernel_{digest}.{fmt}")
     with open(src, "w") as f:
         f.write(source)
-    dump = os.environ.get("TILEX_DUMP_DIR")
-    if dump:
+    for dump in dict.fromkeys(d for d in (os.environ.get("TILEX_DUMP_DIR"), dump_dir) if d):
         os.makedirs(dump, exist_ok=True)
         shutil.copy(src, os.path.join(dump, os.path.basename(src)))
     cmd = nvcc_command(src, out, arch, options, fmt)
@@ -230,8 +236,15 @@ def compile_cuda(source: str, arch: str, options: Sequence[str] | None = None, f
     with open(out, "rb") as f:
         data = f.read()
     shutil.rmtree(tmp, ignore_errors=True)
-    _record(NvccRun(env.normalize_arch(arch), fmt, proc.stdout, data))
+    _record(NvccRun(env.normalize_arch(arch), fmt, proc.stdout, data, tuple(cmd)))
     return data
+
+
+def option_flags(options: dict | None = None) -> list[str]:
+    """The extra nvcc flags that tilex options ask for (``device_compile_flags``, already checked by
+    ``tilex.config.split``); `options` defaults to the options in effect (``tilex.config.current()``)."""
+    opts = config.current() if options is None else options
+    return list(opts.get(config.DEVICE_COMPILE_FLAGS) or ())
 
 
 def _current_arch() -> str:
@@ -248,7 +261,7 @@ def _cuda_compile_hook(code, *_unused):
     # TVM's C++ side calls this with one argument today; accept extra ones for forward compatibility.
     _hook_state.error = None
     try:
-        return compile_cuda(str(code), _current_arch())
+        return compile_cuda(str(code), _current_arch(), option_flags(), dump_dir=config.get("kernels_output_dir"))
     except TilexCompileError as e:
         # tvm_ffi turns an exception raised in a callback into a plain RuntimeError: keep the original for
         # `take_hook_error`, so that the engine can give the user the TilexCompileError itself
@@ -301,9 +314,39 @@ def cap_registers_for_setmaxnreg(code: str) -> str:
     return "".join(out) + code[at:]
 
 
+def apply_launch_annotations(code: str) -> str:
+    """What the program asked of its kernel's signature: a ``min_blocks_hint`` marker
+    (T.annotate_min_blocks_per_sm) becomes the minimum of ``__launch_bounds__`` -- unless the kernel is
+    warp-specialized, where the register plan's minimum (:func:`cap_registers_for_setmaxnreg`) stands -- and the
+    parameters a ``may_alias`` marker names (T.annotate_restrict_buffers) lose ``__restrict__``."""
+    blocks = intrin.read_launch_marker(code, intrin.MIN_BLOCKS_HINT)
+    if blocks is not None and intrin.REG_ALLOC not in code:
+        bounds = re.compile(re.escape(_LAUNCH_BOUNDS) + r"(\d+)\)")
+        code, found = bounds.subn(lambda m: f"{_LAUNCH_BOUNDS}{m.group(1)}, {blocks})", code)
+        if not found:
+            raise TilexCompileError("tilex: TVM's CUDA code has no `__launch_bounds__(N)` to give the minimum of "
+                                    "T.annotate_min_blocks_per_sm")
+    names = intrin.read_may_alias(code)
+    if names:
+        lines = code.split("\n")
+        for name in dict.fromkeys(names):
+            restrict = re.compile(r"__restrict__\s+" + re.escape(name) + r"\b")
+            hits = 0
+            for i, line in enumerate(lines):
+                if "__global__" in line:
+                    lines[i], n = restrict.subn(name, line)
+                    hits += n
+            if not hits:
+                raise TilexCompileError(f"tilex: T.annotate_restrict_buffers names `{name}`, which is not a "
+                                        f"`__restrict__` parameter of the kernel in TVM's CUDA code")
+        code = "\n".join(lines)
+    return code
+
+
 _LAUNCH_BOUNDS = "__launch_bounds__("
 _DYNAMIC_SHARED_AS_TVM_WRITES = "extern __shared__ __align__(64) uchar buf_dyn_shmem_ptr[];"
 _DYNAMIC_SHARED_ALIGNED = "extern __shared__ __align__(1024) uchar buf_dyn_shmem_ptr[];"
+_SINGLE_DYNAMIC_TILE = re.compile(r"extern __shared__ __align__\(64\) (\w+ \w+_ptr)\[\];")
 
 
 def align_dynamic_shared(code: str) -> str:
@@ -314,11 +357,13 @@ def align_dynamic_shared(code: str) -> str:
     if "buf_dyn_shmem_ptr[]" in code and _DYNAMIC_SHARED_AS_TVM_WRITES not in code:
         raise TilexCompileError("tilex: TVM declared dynamic shared memory in an unexpected form (not `"
                                 f"{_DYNAMIC_SHARED_AS_TVM_WRITES}`); it cannot be aligned to 1024 bytes")
+    # a kernel with a single dynamic tile gets it declared by its own name and type (`half S_ptr[]`)
+    code = _SINGLE_DYNAMIC_TILE.sub(r"extern __shared__ __align__(1024) \1[];", code)
     return code.replace(_DYNAMIC_SHARED_AS_TVM_WRITES, _DYNAMIC_SHARED_ALIGNED)
 
 
 def _cuda_postproc_hook(code, *_unused):
-    return align_dynamic_shared(cap_registers_for_setmaxnreg(add_common_include(str(code))))
+    return align_dynamic_shared(apply_launch_annotations(cap_registers_for_setmaxnreg(add_common_include(str(code)))))
 
 
 _registered = False

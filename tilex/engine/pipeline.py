@@ -2,6 +2,10 @@
 
     T.prim_func (tile ops, T.Parallel, T.Pipelined)
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
+      -> InitBarriers              T.alloc_barrier's mbarriers initialized once when the block starts
+      -> MarkThreadRegions         branches on the thread index with tile operators -> thread regions (as T.ws);
+                                   a program that synchronizes itself (T.ws, its own mbarriers, T.tma_copy, ...)
+                                   skips the rewrites below and is neither pipelined nor warp-specialized
       -> RegisterOperand           (opt in) a tile one T.Parallel writes for one T.gemm -> the MMA's register operand
       -> SwapSkinnyGemm            (sm90) a plain GEMM with few rows of A -> C^T tiles in narrow, deep blocks
       -> NarrowSkinnyGemm          (sm90) a plain GEMM with 64..256 columns of B -> smaller blocks, deep pipeline
@@ -43,6 +47,8 @@ from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
 from tilex.transform.hopper.warp_specialize import warp_specialize
+from tilex.transform.hopper.ws_decision import manual_synchronization
+from tilex.transform.init_barriers import init_barriers
 from tilex.transform.coarsen_blocks import coarsen_blocks
 from tilex.transform.deepen_pipeline import deepen_pipeline
 from tilex.transform.layout_inference import layout_inference
@@ -56,6 +62,7 @@ from tilex.transform.swap_skinny_gemm import swap_skinny_gemm
 from tilex.transform.swizzle_shared_tiles import lower_with_swizzles
 from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
+from tilex.transform.thread_regions import mark_thread_regions
 from tilex.transform.thread_sync import ThreadSync
 
 PIPELINE_NAME = "tilex"
@@ -83,12 +90,15 @@ def is_user_error(exc: BaseException) -> bool:
 
 def _tile_passes(func, target):
     func = canonicalize(func)
-    func = register_operand(func, target)
-    func = swap_skinny_gemm(func, target)
-    func = narrow_skinny_gemm(func, target)
-    func = coarsen_blocks(func, target)
-    func = deepen_pipeline(func, target)
-    func = stage_through_shared(func, target)
+    func = init_barriers(func)
+    func = mark_thread_regions(func)
+    if manual_synchronization(func.body) is None:  # a program that synchronizes itself is compiled as written
+        func = register_operand(func, target)
+        func = swap_skinny_gemm(func, target)
+        func = narrow_skinny_gemm(func, target)
+        func = coarsen_blocks(func, target)
+        func = deepen_pipeline(func, target)
+        func = stage_through_shared(func, target)
     func = inject_pipeline(func, target)
     func = stage_epilogue(func, target)
     func = choose_rasterization(func, target)

@@ -16,7 +16,7 @@ from tvm import tirx
 from tvm.tirx import op as tirx_op
 
 from tilex.ir.lowbit_chunk import raw_scale_exponent
-from tilex.ir.visit import walk
+from tilex.ir.visit import dtype_of, walk
 
 # ---- copy_async.h: cp.async (sm80+) ---------------------------------------------------------------------------
 CP_ASYNC = "tilex::cp_async"
@@ -41,6 +41,32 @@ ZERO_PAIR = "tilex::zero_pair"
 SCALE_SHIFT_PAIR = "tilex::scale_shift_pair"
 # ---- reduce.h -----------------------------------------------------------------------------------------------------
 SHFL_XOR = "tilex::shfl_xor"
+# ---- warp.h: shuffles of any value of up to 8 bytes, warp reductions --------------------------------------------
+SHFL_SYNC_ANY = "tilex::shfl_sync"
+SHFL_XOR_SYNC_ANY = "tilex::shfl_xor_sync"
+SHFL_DOWN_SYNC_ANY = "tilex::shfl_down_sync"
+SHFL_UP_SYNC_ANY = "tilex::shfl_up_sync"
+#: the shuffles by kind (the T.shfl_* name without its prefix)
+SHUFFLES = {"sync": SHFL_SYNC_ANY, "xor": SHFL_XOR_SYNC_ANY, "down": SHFL_DOWN_SYNC_ANY, "up": SHFL_UP_SYNC_ANY}
+WARP_REDUCE_PREFIX = "tilex::warp_reduce_"
+WARP_REDUCE_KINDS = ("sum", "max", "min", "bitand", "bitor")
+# ---- builtin.h: dp4a, device asserts, block-wide named barriers, programmatic dependent launch ------------------
+DP4A = "tilex::dp4a"
+DEVICE_ASSERT = "tilex::device_assert"
+BAR_SYNC = "tilex::bar_sync"
+PDL_WAIT = "tilex::pdl_wait"
+PDL_LAUNCH_DEPENDENTS = "tilex::pdl_launch_dependents"
+MIN_BLOCKS_HINT = "tilex::min_blocks_hint"  # launch marker (T.annotate_min_blocks_per_sm)
+MAY_ALIAS = "tilex::may_alias"  # signature marker (T.annotate_restrict_buffers)
+# ---- CUDA warp-vote builtins --------------------------------------------------------------------------------------
+BALLOT_SYNC = "__ballot_sync"
+ACTIVEMASK = "__activemask"
+ANY_SYNC = "__any_sync"
+ALL_SYNC = "__all_sync"
+# ---- CUDA math builtins (lowerings of TVM ops TVM 0.27 leaves without a CUDA form) -------------------------------
+FMA_BY_DTYPE = {"float32": "fmaf", "float64": "fma", "float16": "__hfma", "bfloat16": "__hfma"}
+POPC = "__popc"
+POPCLL = "__popcll"
 # ---- fast_math.h --------------------------------------------------------------------------------------------------
 EXP2_APPROX = "tilex::exp2_approx"
 EXP_APPROX = "tilex::exp_approx"
@@ -241,6 +267,158 @@ def shfl_xor(dtype, value, offset):
     return tirx.call_extern(dtype, SHFL_XOR, value, offset)
 
 
+# ---- warp.h -------------------------------------------------------------------------------------------------------
+FULL_WARP_MASK = 0xFFFFFFFF
+
+
+def shuffle(kind: str, dtype, mask, value, lane, width):
+    """``__shfl{_xor,_down,_up,}_sync(mask, value, lane, width)`` of a value of `dtype` (up to 8 bytes, any type:
+    the value travels as its bits); `kind` is one of :data:`SHUFFLES`' keys (an expression of `dtype`)."""
+    return tirx.call_extern(dtype, SHUFFLES[kind], mask, value, lane, width)
+
+
+def warp_reduce(kind: str, dtype, value):
+    """The `kind` (sum, max, min, bitand, bitor) of `value` over the 32 lanes of the warp, in every lane (an
+    expression of `dtype`; every lane of the warp must call it)."""
+    if kind not in WARP_REDUCE_KINDS:
+        raise ValueError(f"warp_reduce: kind must be one of {WARP_REDUCE_KINDS}, got {kind!r}")
+    return tirx.call_extern(dtype, f"{WARP_REDUCE_PREFIX}{kind}", value)
+
+
+# ---- builtin.h ----------------------------------------------------------------------------------------------------
+def dp4a(a_ptr, b_ptr, c_ptr):
+    """``*c += dot(a[0:4], b[0:4])`` on signed bytes into the int32 at `c_ptr` (an expression)."""
+    return tirx.call_extern("void", DP4A, a_ptr, b_ptr, c_ptr)
+
+
+def c_string(text: str):
+    """A StringImm that prints as the C string literal of `text`: TVM's CUDA code generator writes a StringImm
+    between quotes as it is, so quotes, backslashes and control characters are escaped here."""
+    out = []
+    for ch in text:
+        if ch in "\\\"":
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 32 or ord(ch) == 127:
+            out.append(f"\\{ord(ch):03o}")
+        else:
+            out.append(ch)
+    return tvm.ir.StringImm("".join(out))
+
+
+def device_assert(cond, msg: str, file: str, line: int):
+    """Stop the kernel like a device-side assert (printing `msg`, `file`, `line`) where `cond` is false."""
+    return tirx.call_extern("void", DEVICE_ASSERT, cond, c_string(msg), c_string(file), tirx.const(line, "uint32"))
+
+
+def bar_sync(bar_id):
+    """``bar.sync id``: named barrier `bar_id` across every thread of the block."""
+    return _stmt(BAR_SYNC, bar_id)
+
+
+def pdl_wait():
+    """``griddepcontrol.wait`` (sm_90+)."""
+    return _stmt(PDL_WAIT)
+
+
+def pdl_launch_dependents():
+    """``griddepcontrol.launch_dependents`` (sm_90+)."""
+    return _stmt(PDL_LAUNCH_DEPENDENTS)
+
+
+def min_blocks_hint(n):
+    """Launch marker: the program asks for at least `n` resident blocks per multiprocessor; the CUDA
+    post-processor puts `n` into ``__launch_bounds__`` of a kernel whose register plan is not tilex's own (a
+    warp-specialized kernel keeps the minimum of its :func:`min_blocks_per_sm` marker)."""
+    return _stmt(_templated(MIN_BLOCKS_HINT, n))
+
+
+def may_alias(*data_vars):
+    """Signature marker: the kernel parameters behind `data_vars` (buffer data pointers) lose ``__restrict__``."""
+    return _stmt(MAY_ALIAS, *data_vars)
+
+
+def read_may_alias(code: str) -> list[str]:
+    """The parameter names of every :func:`may_alias` marker in generated CUDA text."""
+    names, at = [], 0
+    while True:
+        at = code.find(MAY_ALIAS + "(", at)
+        if at < 0:
+            return names
+        end = code.index(")", at)
+        names += [a.strip() for a in code[at + len(MAY_ALIAS) + 1:end].split(",") if a.strip()]
+        at = end
+
+
+# ---- CUDA warp-vote builtins --------------------------------------------------------------------------------------
+def ballot_sync(mask, predicate):
+    """``__ballot_sync``: the uint32 mask of the lanes in `mask` whose predicate is non-zero."""
+    return tirx.call_extern("uint32", BALLOT_SYNC, mask, predicate)
+
+
+def activemask():
+    """``__activemask()``: the uint32 mask of the lanes executing the call."""
+    return tirx.call_extern("uint32", ACTIVEMASK)
+
+
+def vote_sync(kind: str, mask, predicate):
+    """``__any_sync`` (`kind` "any") or ``__all_sync`` ("all"): an int32, non-zero when any / all lanes in `mask`
+    have a non-zero predicate."""
+    return tirx.call_extern("int32", {"any": ANY_SYNC, "all": ALL_SYNC}[kind], mask, predicate)
+
+
+# ---- CUDA math builtins -------------------------------------------------------------------------------------------
+def fma(x, y, z):
+    """``x * y + z`` rounded once (``fmaf`` / ``fma`` / ``__hfma``) for a scalar floating-point dtype; for integers
+    the plain ``x * y + z``. The three operands have one dtype."""
+    dtype = dtype_of(x)
+    if dtype_of(y) != dtype or dtype_of(z) != dtype:
+        raise TypeError(f"fma: the operands must have one dtype, got {dtype}, {dtype_of(y)}, {dtype_of(z)}")
+    fn = FMA_BY_DTYPE.get(dtype)
+    if fn is not None:
+        return tirx.call_pure_extern(dtype, fn, x, y, z)
+    t = tvm.DataType(dtype)
+    if t.type_code in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) and t.lanes == 1:
+        return x * y + z
+    raise TypeError(f"fma: no CUDA fused multiply-add for {dtype} (scalar float16/bfloat16/float32/float64 or "
+                    f"integers)")
+
+
+def popcount(x):
+    """The number of set bits of an integer, in its own dtype (``__popc`` / ``__popcll`` of its bits)."""
+    dtype = dtype_of(x)
+    dt = tvm.DataType(dtype)
+    if dt.type_code not in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) or dt.lanes != 1 or dt.bits > 64:
+        raise TypeError(f"popcount: needs a scalar integer of at most 64 bits, got {dtype}")
+    if dt.bits == 64:
+        count = tirx.call_pure_extern("int32", POPCLL, tirx.Cast("uint64", x))
+    else:
+        # the value's own bits (a negative int8 has 8 set bits, not 32)
+        bits = tirx.Cast(f"uint{dt.bits}", x) if dt.type_code == tvm.DataTypeCode.INT else x
+        count = tirx.call_pure_extern("int32", POPC, tirx.Cast("uint32", bits))
+    return count if dtype == "int32" else tirx.Cast(dtype, count)
+
+
+def _lower_popcount(call):
+    return popcount(call.args[0])
+
+
+def _register_lowerings():
+    """TVM 0.27 gives tirx.popcount (TVMScript's T.popcount) a CUDA form for unsigned types only: it lowers
+    through :func:`popcount` for every integer (level 20 wins over TVM's own). Once per process (a second
+    registration at the same level is an error in TVM). tirx.fma is deliberately not given a CUDA lowering: TVM's
+    LowerIntrin would then turn every floating-point ``a * b + c`` of every kernel into that op; ``T.fma`` of
+    tile programs is built by :func:`fma` directly (tilex.language.builtin)."""
+    try:
+        tirx_op.register_intrin_lowering("tirx.popcount", target="cuda", f=_lower_popcount, level=20)
+    except tvm.error.InternalError:  # already registered at this level (the module was reloaded)
+        pass
+
+
+_register_lowerings()
+
+
 # ---- fast_math.h --------------------------------------------------------------------------------------------------
 def exp2_approx(x):
     """float32 2^x on ``ex2.approx.ftz``."""
@@ -314,9 +492,10 @@ def mbar_arrive_expect_tx(bar_ptr, nbytes):
     return _stmt(MBAR_ARRIVE_EXPECT_TX, bar_ptr, nbytes)
 
 
-def syncwarp():
-    """``__syncwarp()``: the lanes of a warp reconverge (and their shared-memory accesses are ordered)."""
-    return _stmt(SYNCWARP)
+def syncwarp(mask=None):
+    """``__syncwarp()``: the lanes of a warp reconverge (and their shared-memory accesses are ordered); with
+    `mask`, the lanes it names (``__syncwarp(mask)``)."""
+    return _stmt(SYNCWARP) if mask is None else _stmt(SYNCWARP, mask)
 
 
 def tma_load_1d(dst_ptr, tmap_ptr, bar_ptr, c0):
@@ -540,3 +719,26 @@ def decode_one(kind, bits, exponent, mantissa, code_expr):
     oracle of the chunk decoders' tests)."""
     return tirx.call_extern("float32", _templated(DECODE_ONE_F32, *_lowbit_targs(kind, bits, exponent, mantissa)),
                             code_expr)
+
+
+# ---- tma.h: the program's own synchronization (tilex.language.expert) ---------------------------------------------
+MBAR_EXPECT_TX = "tilex::mbar_expect_tx"
+BULK_WAIT = "tilex::bulk_wait"
+CP_ASYNC_MBAR_ARRIVE_NOINC = "tilex::cp_async_mbar_arrive_noinc"
+
+
+def mbar_expect_tx(bar_ptr, nbytes):
+    """Add `nbytes` to the transaction count of the mbarrier's current phase, without arriving on it."""
+    return _stmt(MBAR_EXPECT_TX, bar_ptr, nbytes)
+
+
+def bulk_wait(n):
+    """Wait until at most `n` bulk groups (TMA stores) of this thread are in flight, their global writes done
+    (:func:`bulk_wait_read` only waits for their shared-memory reads)."""
+    return _stmt(_templated(BULK_WAIT, n))
+
+
+def cp_async_mbar_arrive_noinc(bar_ptr):
+    """Arrive on the mbarrier once this thread's earlier cp.async copies have landed (``.noinc``: the arrival is one
+    of those its count expects)."""
+    return _stmt(CP_ASYNC_MBAR_ARRIVE_NOINC, bar_ptr)

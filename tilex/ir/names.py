@@ -90,6 +90,26 @@ WS_CONSUMER = "tilex.ws_consumer"
 #: transform.hopper.roles writes (UnfoldRoles) and reads (NamedBarriers).
 WS_PRODUCER_SIDE = "tilex.ws_producer_side"
 
+# ---- programs that synchronize themselves (tilex.language.expert) ------------------------------------------------
+#: AttrStmt around a part of the kernel that only the threads [lo, lo + extent) run (node: lo as an IntImm, value:
+#: extent): language.expert writes it inside each T.ws region, transform.thread_regions (MarkThreadRegions) inside
+#: each branch on the thread index that holds tile operators; transform.layout_inference, transform.lower_tile_ops
+#: and transform.thread_sync read it (tile operators run on those threads, barriers inside are named barriers).
+THREAD_RANGE = "tilex.thread_range"
+#: op ``tilex.barrier_init(BufferLoad(bars, [0]), count_0, ..., count_n-1)`` after a T.alloc_barrier allocation:
+#: language.expert writes it, transform.init_barriers turns it into the mbarrier initialization.
+BARRIER_INIT_OP = "tilex.barrier_init"
+#: op ``tilex.access_ptr(BufferLoad(buf, indices), extent, rw_mask)`` (T.access_ptr): language.expert writes it,
+#: transform.lower_tile_ops turns it into TVM's ``tvm_access_ptr`` of the buffer's physical form.
+ACCESS_PTR_OP = "tilex.access_ptr"
+#: op ``tilex.async_write(tvm_access_ptr(..., rw_mask=2))`` after a T.async_copy's cp.async: op.explicit_async
+#: writes it so that ThreadSync sees the tile written; transform.thread_sync removes it after planning.
+ASYNC_WRITE_OP = "tilex.async_write"
+#: function attribute, why the program is compiled as written (str: it synchronizes itself, T.ws / user barriers
+#: / T.tma_copy ...; its T.Pipelined loops run serially, nothing is warp-specialized): transform.pipeline.inject
+#: writes it (reason from transform.hopper.ws_decision.manual_synchronization); tests and users read it.
+MANUAL_SYNC_ATTR = "tilex.manual_synchronization"
+
 # ---- shared memory ------------------------------------------------------------------------------------------------
 #: op ``tilex.keep_alive(access_ptr, ...)`` touching every shared tile at the start and end of a kernel, so that
 #: TVM's MergeSharedMemoryAllocations overlaps none of them: transform.shared_tiles writes (KeepTilesApart) and
@@ -113,5 +133,6 @@ def register_intrinsic(name, printer_name=None):
     _REGISTERED_INTRINSICS.add(name)
 
 
-for _marker in (PARALLEL_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP, KEEP_ALIVE_OP):
+for _marker in (PARALLEL_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP, KEEP_ALIVE_OP, BARRIER_INIT_OP, ACCESS_PTR_OP,
+                ASYNC_WRITE_OP):
     register_intrinsic(_marker)

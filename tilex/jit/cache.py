@@ -30,7 +30,7 @@ import sys
 import tempfile
 from typing import Any
 
-from tilex import env
+from tilex import config, env
 from tilex.engine import nvcc
 from tilex.ir.hardware import num_sms
 
@@ -134,7 +134,9 @@ def _num_sms(target):
 
 
 def make_key(func, out_idx, target, pass_configs) -> str:
-    """Cache key (hex sha256) of a compilation request."""
+    """Cache key (hex sha256) of a compilation request. ``pass_configs`` count with their keys as strings (a
+    ``tilex.PassConfigKey`` member and its string are one key); a kernel's ``compile_flags`` are in them
+    (``tilex.device_compile_flags``, see ``tilex.config.with_compile_flags``)."""
     import tvm
 
     payload = {
@@ -142,7 +144,7 @@ def make_key(func, out_idx, target, pass_configs) -> str:
         "program": _script(func),
         "out_idx": _jsonable(out_idx),
         "target": str(target),
-        "pass_configs": _jsonable(pass_configs or {}),
+        "pass_configs": _jsonable(config.plain(pass_configs)),
         "tilex": sys.modules["tilex"].__version__,  # the loaded package's (the package face sits above jit)
         "tvm": tvm.__version__,
         "nvcc": nvcc.nvcc_version(),  # cached per process; "" without nvcc

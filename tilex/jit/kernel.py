@@ -7,7 +7,7 @@ import shutil
 import threading
 import warnings
 
-from tilex import engine, env
+from tilex import config, engine, env
 from tilex.engine import nvcc as _nvcc
 from tilex.jit import cache as _cache
 from tilex.jit import export as _export
@@ -192,8 +192,10 @@ class JITKernel:
             report = _cache.load_ptxas_report(self.cache_key)
             if report is not None:
                 return KernelResources.from_json(report)
+        options = config.split(self.pass_configs)[0]
         with _nvcc.capture() as runs:
-            _nvcc.compile_cuda(self._source, env.target_arch(self.target))
+            _nvcc.compile_cuda(self._source, env.target_arch(self.target), _nvcc.option_flags(options),
+                               dump_dir=options.get("kernels_output_dir"))
         resources = _resources_of(runs)
         if use_cache:
             _cache.save_ptxas_report(self.cache_key, resources.to_json())
@@ -324,7 +326,8 @@ class JITKernel:
         return f"<tilex.JITKernel {self._symbol}({ins}) -> ({outs}) on {arch}{' [cached]' if self.from_cache else ''}>"
 
 
-def compile(func, out_idx=None, target="auto", pass_configs=None, cache=None) -> JITKernel:  # noqa: A001
+def compile(func, out_idx=None, target="auto", pass_configs=None, cache=None,  # noqa: A001
+            compile_flags=None) -> JITKernel:
     """Compile a tilex/TIR ``PrimFunc`` into a :class:`JITKernel`.
 
     Args:
@@ -333,9 +336,15 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, cache=None) ->
             and returns. The caller passes only the remaining parameters.
         target: ``"auto"`` (current GPU; ``sm_90a`` without a GPU), an arch string like ``"sm_90a"``,
             a dict, or a ``tvm.target.Target``.
-        pass_configs: dict of PassContext options for tilex's pipeline.
+        pass_configs: dict of compile options: ``tilex.*`` options, TileLang's keys (``tilex.PassConfigKey``) and
+            TVM PassContext options (``tilex.config.split``).
         cache: False to neither read nor write the kernel cache for this kernel (None: the process setting).
+        compile_flags: extra nvcc flags for this kernel (a list of strings or one string), after those of
+            ``pass_configs``; they join ``tilex.device_compile_flags`` in ``kernel.pass_configs`` (so the cache key).
+            Flags that change the output file, its kind or the target arch (``-o``, ``-arch``, ``-gencode``, ...)
+            are a ValueError.
     """
+    pass_configs = config.with_compile_flags(pass_configs, compile_flags)
     return JITKernel(func, out_idx=out_idx, target=target, pass_configs=pass_configs, cache=cache)
 
 

@@ -1,48 +1,59 @@
 """`import tilex.language as T`: the TileLang-style frontend (TVMScript's `T` plus tile-level constructs)."""
 # ruff: noqa: F401,F403
-from tvm.script.tirx import *  # the TVMScript surface: dtypes, math, T.serial, T.if_then_else, ...
+from tvm.script.tirx import *  # the TVMScript surface: math, T.serial, T.if_then_else, ...
 from tvm.script.tirx import Buffer
+from tilex.language.dtypes import *  # T.float16, T.half, T.int4, T.dtype, ...: tilex's dtype objects over TVMScript's
+from tilex.language.dtypes import TYPES as _DTYPES
+
+bool = _DTYPES["bool"]  # noqa: A001 - T.bool is a dtype, as in TileLang (TVMScript's is a function)
 
 from tilex.language.atomic import atomic_add, atomic_max, atomic_min
 from tilex.language.layouts import Fragment, Layout, annotate_layout, make_swizzled_layout
-from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, alloc_var, view
+from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, alloc_var, reshape, view
 from tilex.language.debug import print  # noqa: A004 - T.print, as in TileLang
 from tilex.language.kernel import Kernel, get_thread_binding, sync_threads
 from tilex.language.rasterize import use_swizzle
+from tilex.language.expert import (access_ptr, alloc_barrier, alloc_global, alloc_reducer, annotate_consumer_reg_alloc,
+                                   annotate_producer_reg_dealloc, async_copy, barrier_arrive, barrier_wait,
+                                   dec_max_nreg, disable_warp_group_reg_alloc, fence_proxy_async, finalize_reducer,
+                                   inc_max_nreg, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_expect_tx,
+                                   mbarrier_wait_parity, named_barrier_arrive, no_set_max_nreg, ptx_commit_group,
+                                   ptx_wait_group, set_max_nreg, tma_copy, tma_store_arrive, tma_store_wait,
+                                   wait_wgmma, wgmma_gemm, ws)
+from tilex.language.expert import cp_async_barrier_noinc, ptx_cp_async
 from tilex.language.symbolic import dynamic, symbolic
-from tilex.language.loop import Parallel, Pipelined
+from tilex.language.eager import const, empty
+from tilex.language.loop import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll
 from tilex.language.parser import prim_func
 from tilex.language.tileop import (GemmWarpPolicy, clear, copy, dequantize, fill, gemm, reduce, reduce_abssum,
                                    reduce_absmax, reduce_max, reduce_min, reduce_sum)
+from tilex.language.tileop import cummax, cumsum, reduce_bitand, reduce_bitor, reduce_bitxor
+from tilex.language.warp import (activemask, all_sync, any_sync, ballot, ballot_sync, get_lane_idx, get_warp_group_idx,
+                                 get_warp_idx, get_warp_idx_sync, shfl_down, shfl_sync, shfl_up, shfl_xor, sync_warp,
+                                 warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min,
+                                 warp_reduce_sum)
+from tilex.language.builtin import (annotate_l2_hit_ratio, annotate_min_blocks_per_sm, annotate_restrict_buffers,
+                                    annotate_safe_value, clamp, device_assert, dp4a, fma, get_block_binding,
+                                    get_block_bindings, get_block_extent, get_block_extents, get_thread_bindings,
+                                    get_thread_extent, get_thread_extents, import_source, pdl_sync, pdl_trigger)
 from tilex import dtypes as _lowbit
 
-# the low-bit types of tilex.dtypes as T.int3, T.uint4, T.float6_e3m2, ...; names TVMScript already has (T.int8,
-# T.uint8, T.float8_e4m3, ...) stay TVMScript's dtypes, and T.dequantize accepts those too
+# the low-bit types of tilex.dtypes TVM has no dtype for (T.float6_e3m2, T.float4_e2m1, ...) as LowBitType, for
+# T.dequantize; those TVM has (T.int3, T.uint4, T.float8_e5m2, ...) are dtype objects above, which it accepts too
 for _t in _lowbit.ALL_TYPES:
     globals().setdefault(_t.name, _t)
 del _t
 
 from tilex.language.dtypes import canonical_dtype
+from tilex.language.proxy import FragmentBuffer, LocalBuffer, SharedBuffer, StridedTensor, Tensor
 
 
-def Tensor(shape, dtype="float32", *args, **kwargs):  # noqa: N802 - TileLang's spelling
-    """A kernel parameter annotation (TVMScript's T.Buffer), TileLang dtype spellings accepted."""
-    return Buffer(shape, canonical_dtype(dtype), *args, **kwargs)
-
-
-def SharedBuffer(shape, dtype="float32"):  # noqa: N802 - TileLang's spelling
-    """A `T.macro` parameter annotation for a shared-memory tile (as TileLang writes them)."""
-    return Buffer(shape, canonical_dtype(dtype), scope="shared.dyn")
-
-
-def FragmentBuffer(shape, dtype="float32"):  # noqa: N802
-    """A `T.macro` parameter annotation for a register fragment."""
-    return Buffer(shape, canonical_dtype(dtype), scope="local.fragment")
-
-
-def LocalBuffer(shape, dtype="float32"):  # noqa: N802
-    """A `T.macro` parameter annotation for a per-thread local array."""
-    return Buffer(shape, canonical_dtype(dtype), scope="local")
+def __getattr__(name):
+    """T.int and T.float (int32, float32): dtypes kept out of this module's globals, where they would shadow the
+    builtins."""
+    if name in ("int", "float"):
+        return _DTYPES[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def ceildiv(a, b, span=None):

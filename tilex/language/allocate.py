@@ -60,6 +60,7 @@ def alloc_var(dtype="float32", *args, scope="local.var", init=None):
         raise TypeError(f"T.alloc_var: scope must be a str, got {scope!r}")
     if scope not in VAR_SCOPES:
         unsupported("T.alloc_var", "scope", scope, f"scalar variables live in one of {VAR_SCOPES}")
+    dtype = canonical_dtype(dtype)
     var = _ir.alloc_scalar(dtype, scope="local")
     if init is not None:
         value = tirx.const(init, dtype) if isinstance(init, (int, float)) else init
@@ -119,3 +120,36 @@ def _static_dim(d, what):
     if isinstance(d, tirx.IntImm):
         return int(d.value)
     raise ValueError(f"T.view: {what} must have constant dimensions, got {d}")
+
+
+def reshape(src, shape):
+    """The same elements as `src` seen with another shape, without a copy (TileLang's ``T.reshape``): row-major
+    order is kept, so ``T.reshape(A, (n // m, m))[i, j]`` is ``A[i * m + j]``. The element counts must be equal
+    (symbolic dimensions of a global tensor where TVM's analyzer proves it).
+
+    Global tensors and per-thread local buffers take any shape. A fragment keeps its shape (its layout would have
+    to be re-derived for another) and a shared tile cannot be reshaped yet (it has a layout, a swizzle, the view
+    would have to follow): both raise NotImplementedError."""
+    api = "T.reshape"
+    if not tirx.is_buffer_var(src):
+        raise TypeError(f"{api} expects a buffer, got {src!r}")
+    shape = _shape(api, shape)
+    scope = str(src.scope())
+    if scope in SHARED_SCOPES:
+        raise NotImplementedError(f"{api} of shared tile '{src.name}' is not supported by tilex: a shared tile has a "
+                                  f"layout (a swizzle) the reshaped view would have to follow")
+    count, want = 1, 1
+    for d in src.shape:
+        count = count * d
+    for d in shape:
+        want = want * d
+    if not tvm.sym.Analyzer().can_prove_equal(count, want):
+        raise ValueError(f"{api}: '{src.name}' {list(src.shape)} has {count} elements but the shape {list(shape)} "
+                         f"has {want}")
+    if scope == FRAGMENT_SCOPE:
+        if [_static_dim(d, "the shape") for d in shape] != [_static_dim(d, src.name) for d in src.shape]:
+            raise NotImplementedError(f"{api} of fragment '{src.name}' {list(src.shape)} as {list(shape)} is not "
+                                      f"supported by tilex: a fragment keeps its shape (its layout is per "
+                                      f"element); reshape the shared or global tile it comes from")
+        return view(src)
+    return _ir.decl_buffer(shape, str(src.dtype), data=src.data, scope=scope or "global")

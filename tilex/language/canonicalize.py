@@ -3,7 +3,8 @@ and the engine once more for programs built some other way).
 
 Consumes: a parsed PrimFunc in which each multi-dim ``T.Parallel`` is a ``tilex.parallel_marker(n)`` statement
 followed by an n-deep serial grid.  Produces: the same function with those n loops as ForKind.PARALLEL and the
-markers removed.
+markers removed, and tile extents written through scalars (``H0:H1`` with ``H1 = H0 + 64``) folded to their
+constants (`scalar_extents.py`).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tvm import tirx
 
 from tilex.ir.names import PARALLEL_MARKER
 from tilex.ir.visit import is_op_call, mutate
+from tilex.language.scalar_extents import fold_scalar_extents
 
 
 def _marker_depth(stmt):
@@ -46,7 +48,7 @@ def _on_seq(seq, mutator):
 
 def canonicalize(func: tirx.PrimFunc) -> tirx.PrimFunc:
     body = mutate(func.body, (tirx.SeqStmt, _on_seq))
-    if body.same_as(func.body):
-        return func
-    return func.with_body(body)
+    if not body.same_as(func.body):
+        func = func.with_body(body)
+    return fold_scalar_extents(func)
 

@@ -1,4 +1,6 @@
-"""Loop constructs of tile programs: T.Parallel, T.Pipelined (T.serial/T.unroll come from TVMScript)."""
+"""Loop constructs of tile programs: T.Parallel, T.Pipelined, and TileLang's spellings of the plain loops:
+T.serial / T.Serial (a positional step), T.unroll / T.Unroll (``explicit=``, ``unroll_factor=``), T.Vectorized
+(T.vectorized is TVMScript's)."""
 from __future__ import annotations
 
 from tvm import tirx
@@ -71,3 +73,74 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
         raise ValueError(f"T.Pipelined: order has {len(order)} entries but stage has {len(stage)}; both need one "
                          f"entry per top-level statement of the loop body")
     return _ir.serial(start, stop, annotations=ann)
+
+
+def serial(start, stop=None, step=None, *, annotations=None, **kwargs):
+    """``for i in T.serial(n)`` / ``T.serial(lo, hi)`` / ``T.serial(lo, hi, step)``: a sequential loop (TVMScript's,
+    with TileLang's positional step; TVMScript's keywords ``unroll=`` and ``dtype=`` pass through)."""
+    api = "T.serial"
+    if step is not None:
+        _check_step(api, step)
+        kwargs["step"] = step
+    return _ir.serial(start, stop, annotations=_annotations(api, annotations), **kwargs)
+
+
+def unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None, annotations=None, **kwargs):
+    """``for i in T.unroll(n)``: a loop the compiler unrolls (``#pragma unroll``), as in TileLang.
+
+    ``unroll_factor=f`` unrolls by `f` (``#pragma unroll f``: `f` iterations per pass of the loop).
+    ``explicit=True`` asks for the loop's iterations written out one after the other; the loop must have a
+    constant trip count, for which ``#pragma unroll`` already makes nvcc write them out (tilex emits that rather
+    than unrolling in its own IR). The two are exclusive, as in TileLang; ``annotations`` may carry them as
+    ``pragma_unroll_explicit`` / ``pragma_unroll_factor``."""
+    api = "T.unroll"
+    ann = _annotations(api, annotations)
+    explicit_ann, factor_ann = ann.pop("pragma_unroll_explicit", False), ann.pop("pragma_unroll_factor", None)
+    explicit = as_bool(api, "explicit", explicit) or as_bool(api, "pragma_unroll_explicit", explicit_ann)
+    factor = unroll_factor if unroll_factor is not None else factor_ann
+    if explicit and factor is not None:
+        raise ValueError(f"{api}: explicit and unroll_factor are exclusive")
+    if step is not None:
+        _check_step(api, step)
+        kwargs["step"] = step
+    if explicit:
+        lo, hi = (0, start) if stop is None else (start, stop)
+        for name, v in (("start", lo), ("stop", hi), ("step", step if step is not None else 1)):
+            if isinstance(constant(v), bool) or not isinstance(constant(v), int):
+                raise ValueError(f"{api}(explicit=True): the loop must have a constant trip count, got {name} = {v}")
+    if factor is not None:
+        factor = as_int(api, "unroll_factor", factor, minimum=1)
+        ann["pragma_unroll"] = factor  # TVM's CUDA code generator writes `#pragma unroll <factor>`
+        return _ir.serial(start, stop, annotations=ann, **kwargs)
+    return _ir.unroll(start, stop, annotations=ann or None, **kwargs)
+
+
+def Serial(start, stop=None, step=None, *, annotations=None):  # noqa: N802 - TileLang's spelling
+    """``T.serial`` (TileLang's capitalized alias for a tile-level sequential loop)."""
+    return serial(start, stop, step, annotations=annotations)
+
+
+def Unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None, annotations=None):  # noqa: N802
+    """``T.unroll`` (TileLang's capitalized alias)."""
+    return unroll(start, stop, step, explicit=explicit, unroll_factor=unroll_factor, annotations=annotations)
+
+
+def Vectorized(start, stop=None, *, annotations=None):  # noqa: N802 - TileLang's spelling
+    """``T.vectorized`` (TileLang's capitalized alias): a loop TVM turns into vector instructions."""
+    return _ir.vectorized(start, stop, annotations=annotations)
+
+
+def _check_step(api, step):
+    s = constant(step)
+    if isinstance(s, bool) or isinstance(s, float):
+        raise TypeError(f"{api}: step must be an int or an integer expression, got {step!r}")
+    if isinstance(s, int) and s == 0:
+        raise ValueError(f"{api}: step must not be 0")
+
+
+def _annotations(api, annotations):
+    if annotations is None:
+        return {}
+    if not isinstance(annotations, dict):
+        raise TypeError(f"{api}: annotations must be a dict, got {annotations!r}")
+    return dict(annotations)

@@ -15,7 +15,9 @@ from tilex.op.copy import copy_call
 from tilex.op.dequantize import dequantize_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import GemmWarpPolicy, gemm_call
-from tilex.op.reduce import KINDS, reduce_call
+from tilex.op.reduce import BITWISE_KINDS, KINDS, is_integer_dtype, reduce_call
+from tilex.op.region import to_region
+from tilex.op.scan import scan_call
 
 EVICTION_POLICIES = ("evict_normal", "evict_first", "evict_last")
 PREFER_INSTRUCTIONS = ("tma", "cp_async", "sync")
@@ -144,14 +146,25 @@ def _ndim(obj):
     return len(source.shape) if source is not None else None
 
 
+def _dtype(obj):
+    """The dtype of the buffer behind a reduce operand, or None if it is not recognised."""
+    if tirx.is_buffer_var(obj):
+        return str(obj.dtype)
+    source = getattr(obj, "source", None) if isinstance(obj, (tvm.ir.expr.TensorRegion, BufferLoadNode)) else None
+    return str(source.dtype) if source is not None else None
+
+
 def reduce(buffer, out, reduce_type, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
-    """Reduce `buffer` along `dim` into `out` (reduce_type: sum, max, min, abssum, absmax); with clear=False the
-    result is combined with what `out` already holds."""
+    """Reduce `buffer` along `dim` into `out` (reduce_type: sum, max, min, abssum, absmax, and for integer tiles
+    bitand, bitor, bitxor); with clear=False the result is combined with what `out` already holds."""
     api = f"T.reduce_{reduce_type}" if isinstance(reduce_type, str) else "T.reduce"
-    if reduce_type in ("bitand", "bitor", "bitxor"):
-        unsupported("T.reduce", "reduce_type", reduce_type, f"supported kinds: {KINDS}")
     if reduce_type not in KINDS:
         raise ValueError(f"T.reduce: unknown reduce_type {reduce_type!r}, expected one of {KINDS}")
+    if reduce_type in BITWISE_KINDS:
+        for name, operand in (("source", buffer), ("destination", out)):
+            dtype = _dtype(operand)
+            if dtype is not None and not is_integer_dtype(dtype):
+                raise TypeError(f"{api}: a bitwise reduction needs integer tiles, the {name} is {dtype}")
     nd = _ndim(buffer)
     dim = as_int(api, "dim", dim)
     if nd is not None and not -nd <= dim < nd:
@@ -186,5 +199,53 @@ def reduce_absmax(buffer, out, dim=-1, clear=True, batch=1, nan_propagate=False,
     return reduce(buffer, out, "absmax", dim, clear, batch, nan_propagate, annotations)
 
 
+def _scan(kind, src, dst, dim, reverse, annotations):
+    api = f"T.cum{kind}"
+    no_annotations(api, annotations)
+    try:
+        s = to_region(src)
+        d = s if dst is None else to_region(dst, like_shape=s.extents)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{api}: {e}") from None
+    rank = len(s.extents)
+    dim = as_int(api, "dim", dim)
+    if not -rank <= dim < rank:
+        raise ValueError(f"{api}: dim={dim} is out of range for a {rank}-d source (expected {-rank} <= dim < {rank})")
+    s_ext, d_ext = [constant(e) for e in s.extents], [constant(e) for e in d.extents]
+    if all(isinstance(e, int) for e in s_ext + d_ext) and \
+            [e for e in s_ext if e != 1] != [e for e in d_ext if e != 1]:
+        raise ValueError(f"{api}: the destination's shape {d_ext} must match the source's {s_ext}")
+    return scan_call(s, d, kind, dim, as_bool(api, "reverse", reverse))
+
+
+def cumsum(src, dst=None, dim=0, reverse=False, annotations=None):
+    """The running (inclusive) sum of `src` along `dim` into `dst` (in place when `dst` is None):
+    ``dst[..., i, ...] = src[..., 0, ...] + ... + src[..., i, ...]``; ``reverse=True`` sums from the end
+    (``src[..., i, ...] + ... + src[..., n-1, ...]``). Shared-memory tiles (or regions of them) and whole fragments,
+    one dtype for both."""
+    return _scan("sum", src, dst, dim, reverse, annotations)
+
+
+def cummax(src, dst=None, dim=0, reverse=False, annotations=None):
+    """The running (inclusive) maximum of `src` along `dim` into `dst` (in place when `dst` is None);
+    ``reverse=True`` from the end. The operands as for ``T.cumsum``."""
+    return _scan("max", src, dst, dim, reverse, annotations)
+
+
+def reduce_bitand(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise and of an integer tile along `dim` (clear=False: and-ed into what `out` holds)."""
+    return reduce(buffer, out, "bitand", dim, clear, batch, annotations=annotations)
+
+
+def reduce_bitor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise or of an integer tile along `dim` (clear=False: or-ed into what `out` holds)."""
+    return reduce(buffer, out, "bitor", dim, clear, batch, annotations=annotations)
+
+
+def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
+    """The bitwise xor of an integer tile along `dim` (clear=False: xor-ed into what `out` holds)."""
+    return reduce(buffer, out, "bitxor", dim, clear, batch, annotations=annotations)
+
+
 __all__ = ["copy", "gemm", "fill", "clear", "GemmWarpPolicy", "reduce", "reduce_sum", "reduce_max", "reduce_min",
-           "reduce_abssum", "reduce_absmax"]
+           "reduce_abssum", "reduce_absmax", "reduce_bitand", "reduce_bitor", "reduce_bitxor", "cumsum", "cummax"]

@@ -21,10 +21,16 @@ Requirements: ``dtype_bits`` in (8, 16, 32), ``cols * dtype_bits % 128 == 0``, `
 and ``max(cols, 8 * vec) % (8 * vec) == 0`` (cols <= 8*vec or cols a multiple of 8*vec; otherwise an
 8-chunk group straddles two keys and the map is not a bijection).  If any requirement fails, the plain
 row-major identity layout (``make_linear_layout``) is returned instead.
+
+TileLang's spelling ``make_swizzled_layout(buffer)`` (a shared buffer, or a BufferRegion / BufferLoad of one)
+applies the swizzle to the buffer's last two dims and keeps leading dims (pipeline stages) as they are.
 """
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
+
+from tilex.ir.visit import BufferLoadNode
 
 from .layout import Layout
 
@@ -45,7 +51,43 @@ def swizzle_applicable(rows: int, cols: int, dtype_bits: int) -> bool:
     return (cols * dtype_bits) % 128 == 0 and (rows * cols) % group == 0 and max(cols, group) % group == 0
 
 
-def make_swizzled_layout(rows: int, cols: int, dtype_bits: int) -> Layout:
+def make_swizzled_layout(*args, **kwargs) -> Layout:
+    """The bank-conflict-free shared-memory layout (see the module docstring), in two spellings:
+
+    * ``make_swizzled_layout(rows, cols, dtype_bits)``: 2-d -> 2-d; identity if the swizzle does not apply;
+    * ``make_swizzled_layout(buffer, k_major=True, allow_pad=True)`` (TileLang's): the layout of a shared buffer
+      of two or more dims (a BufferRegion / BufferLoad stands for its buffer). ``k_major`` and ``allow_pad`` are
+      accepted and change nothing: the swizzle is conflict-free for row and column (transposed ldmatrix) reads
+      alike, and tilex does not pad.
+    """
+    first = args[0] if args else kwargs.get("buffer", kwargs.get("rows"))
+    if _buffer_of(first) is not None:
+        return _buffer_swizzled_layout(*args, **kwargs)
+    return _swizzled_layout_2d(*args, **kwargs)
+
+
+def _buffer_of(obj):
+    """The buffer a buffer, a buffer region or a buffer element stands for (None for anything else)."""
+    if tirx.is_buffer_var(obj):
+        return obj
+    if isinstance(obj, (tvm.ir.expr.TensorRegion, BufferLoadNode)) and tirx.is_buffer_var(obj.source):
+        return obj.source
+    return None
+
+
+def _buffer_swizzled_layout(buffer, k_major: bool = True, allow_pad: bool = True) -> Layout:
+    buf = _buffer_of(buffer)
+    try:
+        shape = [int(d) for d in buf.shape]
+    except TypeError:
+        raise ValueError(f"make_swizzled_layout: buffer '{buf.name}' has a symbolic shape {list(buf.shape)}") from None
+    if len(shape) < 2:
+        raise ValueError(f"make_swizzled_layout: buffer '{buf.name}' must have at least 2 dims, got {shape}")
+    lay = _swizzled_layout_2d(shape[-2], shape[-1], tvm.DataType(str(buf.dtype)).bits)
+    return lay.expand(shape[:-2]) if len(shape) > 2 else lay
+
+
+def _swizzled_layout_2d(rows: int, cols: int, dtype_bits: int) -> Layout:
     """2-d -> 2-d bank-conflict-free shared-memory layout (see module docstring); identity if not applicable."""
     rows, cols, dtype_bits = int(rows), int(cols), int(dtype_bits)
     if not swizzle_applicable(rows, cols, dtype_bits):

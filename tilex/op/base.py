@@ -77,6 +77,9 @@ class LowerContext:
     lane_vars: list = field(default_factory=list)  # vector-lane loop vars created by the partitioner
     async_mma: int = 0  # 1: inside a pipelined loop whose wgmma may stay in flight; 2: warp-specialized consumer
     host_init: list = field(default_factory=list)  # host statements (tensor maps) to run before the launch
+    # a program that synchronizes itself (T.ws, T.alloc_barrier, ...): the shared tiles that only TMA loads write,
+    # ordered by the program's mbarriers (its MMAs on them need no fence or barrier of their own)
+    async_only: frozenset = frozenset()
     tensor_maps: dict = field(default_factory=dict)
 
     def tensor_map(self, buffer, box, swizzle_bytes):

@@ -1,4 +1,5 @@
-"""`T.reduce_*`: reduce a tile along one dimension (sum, max, min, abssum, absmax) into a smaller tile.
+"""`T.reduce_*`: reduce a tile along one dimension (sum, max, min, abssum, absmax; bitand, bitor, bitxor of
+integer tiles) into a smaller tile.
 
 Layout: the destination of a fragment reduction is the source Fragment *projected* onto the kept dimensions
 (`tilex.layout.project`): replicated over exactly the threads that held the reduced dimension, so every such
@@ -22,7 +23,9 @@ from tilex.op.partition import coalesced_plan, emit_by_fragment, static_shape
 from tilex.op.region import READ, READ_WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
 
-KINDS = ("sum", "max", "min", "abssum", "absmax")
+KINDS = ("sum", "max", "min", "abssum", "absmax", "bitand", "bitor", "bitxor")
+#: the kinds that need integer tiles
+BITWISE_KINDS = ("bitand", "bitor", "bitxor")
 
 
 def reduce_call(src, dst, reduce_type, dim=-1, clear=True):
@@ -38,17 +41,31 @@ def _combine(kind, a, b):
         return a + b
     if kind in ("max", "absmax"):
         return tirx.max(a, b)
+    if kind == "bitand":
+        return tirx.bitwise_and(a, b)
+    if kind == "bitor":
+        return tirx.bitwise_or(a, b)
+    if kind == "bitxor":
+        return tirx.bitwise_xor(a, b)
     return tirx.min(a, b)
 
 
 def _init(kind, dtype):
-    if kind in ("sum", "abssum"):
+    if kind in ("sum", "abssum", "bitor", "bitxor"):
         return tirx.const(0, dtype)
+    if kind == "bitand":  # every bit set
+        return tirx.max_value(dtype) if dtype.startswith("uint") else tirx.const(-1, dtype)
     if kind == "max":
         return tirx.min_value(dtype)
     if kind == "absmax":
         return tirx.const(0, dtype)
     return tirx.max_value(dtype)
+
+
+def is_integer_dtype(dtype) -> bool:
+    """Whether `dtype` is a scalar signed or unsigned integer (not bool)."""
+    t = tvm.DataType(str(dtype))
+    return t.type_code in (tvm.DataTypeCode.INT, tvm.DataTypeCode.UINT) and t.lanes == 1
 
 
 @register_tile_op("tilex.reduce")
@@ -71,6 +88,9 @@ class ReduceOp(TileOp):
         if not (is_fragment(src.buffer) or is_shared(src.buffer)):
             raise TileOpError(f"T.reduce_{kind}: the source must be a fragment or shared memory, "
                               f"got '{src.buffer.name}' in {src.buffer.scope()}")
+        if kind in BITWISE_KINDS and not (is_integer_dtype(src.buffer.dtype) and is_integer_dtype(dst.buffer.dtype)):
+            raise TileOpError(f"T.reduce_{kind}: a bitwise reduction needs integer tiles, got '{src.buffer.name}' "
+                              f"({src.buffer.dtype}) -> '{dst.buffer.name}' ({dst.buffer.dtype})")
 
     @classmethod
     def from_call(cls, call):

@@ -35,12 +35,15 @@ from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.layout_conversion import Conflict, insert_conversions
 from tilex.layout import Fragment
 from tilex.transform.op_collect import collect_fragment_views, collect_loose_fragments, collect_tile_ops
+from tilex.transform.thread_regions import op_threads
 
 MAX_CONVERSION_ROUNDS = 4  # a conversion's own copies can conflict in turn; more rounds than this is a bug
 
 
-def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=None, stmts=None):
-    """Run inference over `ops` (a list of TileOp). Returns {buffer: Layout | Fragment}.
+def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=None, stmts=None, op_threads=None):
+    """Run inference over `ops` (a list of TileOp). Returns {buffer: Layout | Fragment}. An operator in a thread
+    region (T.ws, a branch on the thread index) is asked with its region's thread count, `op_threads` {id(op):
+    count}; the others with the block's `threads`.
 
     `spans` (a list parallel to `ops`) gives where the user wrote each operator: an operator's error, or a conflict
     it takes part in, names that place (its Python type is kept). With `conflicts` (a list) and `stmts` ({id(op):
@@ -55,6 +58,7 @@ def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=
         return f"{op.describe()} (at {where})" if where else op.describe()
 
     def ask(op, level):
+        ctx.threads = op_threads.get(id(op), threads) if op_threads else threads
         try:
             return op.infer_layout(ctx, level)
         except (ValueError, TypeError, NotImplementedError) as e:
@@ -124,7 +128,8 @@ def layout_inference(func, target=None):
         spans = [span_of(getattr(stmt, "value", None), stmt) for stmt, _ in found] + [span_of(d) for d, _ in views]
         conflicts = []
         layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned, spans=spans,
-                                   conflicts=conflicts, stmts={id(op): stmt for stmt, op in found})
+                                   conflicts=conflicts, stmts={id(op): stmt for stmt, op in found},
+                                   op_threads=op_threads(func.body, found, info.threads))
         if not conflicts:
             break
         body, pins, round_notes = insert_conversions(func.body, conflicts)

@@ -3,7 +3,12 @@
 Consumes: a PrimFunc annotated by LayoutInference (``tilex.layout_map``, ``tilex.loop_layout``).
 Produces: plain TIR: shared buffers become 1-d buffers addressed through their layouts (swizzles applied), register
 fragments become per-thread ``local`` arrays of their Fragment's local size, tile-op calls and T.Parallel nests
-become thread-partitioned loops, cp.async/ldmatrix/mma calls into ``src/tilex/*.h``.
+become thread-partitioned loops, cp.async/ldmatrix/mma calls into ``src/tilex/*.h``. Inside a thread region
+(``tilex.thread_range``: T.ws, a branch on the thread index) operators run on the region's threads, counted from
+its first (`tilex.transform.thread_regions`), and a TMA store's issuing thread waits for its reads before the
+region goes on; ``T.access_ptr`` becomes the element's ``tvm_access_ptr`` in the buffer's physical form. In a
+program that synchronizes itself, a T.gemm whose shared operands only TMA loads write runs without a fence and
+barrier of its own (the program's mbarrier wait ordered them).
 """
 from __future__ import annotations
 
@@ -13,16 +18,20 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.names import ASYNC_MMA_SCOPE, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR, USE_SWIZZLE_OP
+from tilex.ir.names import (ACCESS_PTR_OP, ASYNC_MMA_SCOPE, ASYNC_MMA_WS_SYNC, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR,
+                            MANUAL_SYNC_ATTR, THREAD_RANGE, USE_SWIZZLE_OP)
 from tilex.ir.source import add_location, span_of
-from tilex.ir.visit import BufferLoadNode, map_nodes, mutate, seq_items, walk
+from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, mutate, seq_items, walk
 from tilex.layout.codec import decode
 from tilex.op.atomic import expose_shared_atomics
 from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared
+from tilex.op.explicit_async import TmaCopyOp, tma_only_tiles
+from tilex.op.gemm import GemmOp
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.op_collect import collect_fragment_views, is_parallel_nest
+from tilex.transform.thread_regions import complete_bulk_stores, region_thread
 
 #: tilex ops that may remain in a program after its tile operators are lowered (a later pass consumes them)
 _MARKERS_AFTER_LOWERING = (USE_SWIZZLE_OP,)
@@ -97,13 +106,27 @@ def lower_tile_ops(func, target=None):
     ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)
     for var, ext in info.block_extents.items():
         ctx.analyzer.bind(var, tvm.ir.Range(0, ext), allow_override=True)
+    # a program that synchronizes itself: its MMAs on tiles only TMA writes need no fence or barrier of their own
+    manual = func.attrs is not None and MANUAL_SYNC_ATTR in func.attrs
+    ctx.async_only = tma_only_tiles(func.body) if manual else frozenset()
+    regions = []  # the thread regions being lowered, innermost last
 
     def on_eval(node, m):
         op = parse_tile_op(node.value) if isinstance(node.value, tvm.ir.Call) else None
         if op is None:
             _check_not_tile_op(node.value)
             return node
-        return _lower_located(op, ctx, span_of(node.value, node))
+        before = ctx.async_mma
+        if manual and type(op) is GemmOp and not before and \
+                all(r.buffer in ctx.async_only for r in (op.A, op.B) if is_shared(r.buffer)):
+            ctx.async_mma = ASYNC_MMA_WS_SYNC
+        try:
+            stmt = _lower_located(op, ctx, span_of(node.value, node))
+        finally:
+            ctx.async_mma = before
+        if regions and not isinstance(op, TmaCopyOp):
+            stmt = complete_bulk_stores(stmt)  # its issuing thread is the region's: waits before the tile changes
+        return stmt
 
     def on_for(node, m):
         if is_parallel_nest(node):
@@ -130,6 +153,14 @@ def lower_tile_ops(func, target=None):
         return tirx.DeclBuffer(remap[op.view], data=remap[op.base].data)
 
     def on_attr(node, m):
+        if node.attr_key == THREAD_RANGE:  # a region: its operators run on its threads, counted from its first
+            regions.append(node)
+            try:
+                with region_thread(ctx, node, info.thread_var) as in_block:
+                    body = in_block(m.mutate(node.body))
+            finally:
+                regions.pop()
+            return tirx.AttrStmt(node.node, node.attr_key, node.value, body)
         if node.attr_key != ASYNC_MMA_SCOPE:
             body = m.mutate(node.body)
             return node if body.same_as(node.body) else tirx.AttrStmt(node.node, node.attr_key, node.value, body)
@@ -187,13 +218,22 @@ def _remap_leftover_accesses(body, ctx):
             return ctx.load(n.source, list(n.indices))
         return n
 
+    def on_call(c):
+        if not is_op_call(c, ACCESS_PTR_OP):  # T.access_ptr: the element's address in the buffer's physical form
+            return c
+        load, extent, mask = c.args
+        buf = load.source
+        offset = load.indices[0] if len(load.indices) == 1 else buf.offset_of(list(load.indices))[0]
+        return buf.access_ptr(int(mask.value), offset=offset, extent=extent)
+
     def on_store(n):
         if n.buffer in ctx.remap:
             check(n.buffer, n)
             return ctx.store(n.buffer, n.value, list(n.indices))
         return n
 
-    return map_nodes(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store)], order="post")
+    return map_nodes(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store), (tvm.ir.Call, on_call)],
+                     order="post")
 
 
 def _check_not_tile_op(value):

@@ -11,7 +11,10 @@ overlap them. It would put a barrier between a read of one tile and a write of a
 codes and writes the decoded tile, one per element. Here the tiles are planned under the static ``shared`` scope,
 where TVM tells buffers apart, and get their scope back afterwards. A kernel with a ``shared.dyn`` buffer that is a
 view of another (a DeclBuffer) keeps TVM's planning. A condition that reads shared memory (``if flag[0] == ...``),
-which TVM's access planner cannot place, is computed into a variable just before its ``if``.
+which TVM's access planner cannot place, is computed into a variable just before its ``if``. A kernel with thread
+regions (T.ws, branches on the thread index; `tilex.transform.thread_regions`) is planned region by region, the
+barriers inside a region becoming named barriers over its threads. T.async_copy's ``tilex.async_write`` markers
+(the tile a cp.async writes) are read here and dropped.
 """
 from __future__ import annotations
 
@@ -19,8 +22,9 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.tirx import _ffi_api
 
-from tilex.ir.names import KEEP_ALIVE_OP
+from tilex.ir.names import ASYNC_WRITE_OP, KEEP_ALIVE_OP
 from tilex.ir.visit import buffers_used, is_op_call, map_nodes, substitute, walk
+from tilex.transform.thread_regions import has_regions, mark_thread_regions, sync_regions
 
 _DYNAMIC = "shared.dyn"
 _STATIC = "shared"
@@ -79,15 +83,41 @@ def _sync(func, scopes):
     return mod["main"]
 
 
+def _plan(func):
+    """TVM's ThreadSync over `func`, each ``shared.dyn`` tile planned on its own where they are kept apart."""
+    tiles = _dynamic_tiles(func.body)
+    if not tiles:
+        return _sync(func, [_STATIC, _DYNAMIC])
+    static = {b: _rescoped(b, _STATIC) for b in tiles}
+    synced = _sync(func.with_body(substitute(func.body, static)), [_STATIC])
+    return synced.with_body(substitute(synced.body, {s: d for d, s in static.items()}))
+
+
+def _plan_with_regions(func):
+    """`_plan`, region by region in a kernel with thread regions (tilex.transform.thread_regions). A kernel
+    without them whose plain planning needs a barrier inside a branch on the thread index (TVM refuses) is planned
+    again with such branches as regions."""
+    if has_regions(func.body):
+        return sync_regions(func, _plan)
+    try:
+        return _plan(func)
+    except Exception as e:  # noqa: BLE001 - only TVM's refusal to place a barrier inside a condition is retried
+        if "inside condition" not in str(e):
+            raise
+        marked = mark_thread_regions(func, wanted=lambda stmt: True)
+        if not has_regions(marked.body):
+            raise
+        return sync_regions(marked, _plan)
+
+
+def _drop_async_writes(body):
+    """T.async_copy's ``tilex.async_write`` markers, read by the planning, become no-ops (RemoveNoOp drops them)."""
+    return map_nodes(body, (tirx.Evaluate, lambda n: tirx.Evaluate(tirx.const(0, "int32"))
+                            if is_op_call(n.value, ASYNC_WRITE_OP) else n))
+
+
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadSync")
 def ThreadSync(func, mod, ctx):  # noqa: N802
     body, hoisted = _hoist_shared_conditions(func.body)
-    func = func.with_body(body)
-    tiles = _dynamic_tiles(func.body)
-    if not tiles:
-        synced = _sync(func, [_STATIC, _DYNAMIC])
-        return synced.with_body(_restore_conditions(synced.body, hoisted))
-    static = {b: _rescoped(b, _STATIC) for b in tiles}
-    synced = _sync(func.with_body(substitute(func.body, static)), [_STATIC])
-    body = substitute(synced.body, {s: d for d, s in static.items()})
-    return synced.with_body(_restore_conditions(body, hoisted))
+    synced = _plan_with_regions(func.with_body(body))
+    return synced.with_body(_drop_async_writes(_restore_conditions(synced.body, hoisted)))

@@ -9,6 +9,10 @@ copy is TMA-able and not written ``T.copy(..., disable_tma=True)``, and the prod
 itself. The producer runs none of the consumers' statements: a coordinate may read a local variable only if it is
 a scalar bound once at the top of the kernel (``bx = b1``, whose value the producer is given; see
 :func:`kernel_scalars`). Otherwise the loop stays on the cp.async pipeline, where every thread copies.
+
+A program that synchronizes itself (:func:`manual_synchronization`: T.ws regions or tile operators under a
+condition on the thread index, its own mbarriers, T.tma_copy / T.async_copy / T.wgmma_gemm) is never
+warp-specialized: it is compiled as written (InjectSoftwarePipeline leaves its loops serial).
 """
 from __future__ import annotations
 
@@ -16,10 +20,12 @@ import tvm
 from tvm import tirx
 
 from tilex import config
+from tilex.ir import intrin
 from tilex.ir.hardware import MBARRIER_TX, SETMAXNREG, TMA_LOAD, WGMMA, supports
-from tilex.ir.names import REGION_OP, WS_PRODUCER
+from tilex.ir.names import BARRIER_INIT_OP, REGION_OP, THREAD_RANGE, WS_PRODUCER
 from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, seq_items, walk
 from tilex.op.region import WRITE
+from tilex.op.explicit_async import ASYNC_COPY_OP, TMA_COPY_OP, WGMMA_GEMM_OP
 from tilex.op.tma_load import tma_eligible
 
 LOCAL_SCOPES = ("local", "local.fragment")
@@ -42,10 +48,42 @@ def warp_specialization_on(target) -> bool:
     return target is not None and target_allows_warp_specialization(target)
 
 
+def manual_synchronization(body) -> str | None:
+    """Why the tile program `body` synchronizes itself (so that tilex's warp specialization and pipelining must not
+    transform it), or None: it runs regions of its block on some of its threads (``tilex.thread_range``: T.ws, a
+    branch on the thread index with tile operators), waits on mbarriers of its own (T.alloc_barrier and the
+    mbarrier calls), issues copies or MMAs it waits for itself (T.tma_copy, T.async_copy, T.wgmma_gemm)."""
+    reasons = []
+
+    def note(reason):
+        if reason not in reasons:
+            reasons.append(reason)
+
+    user_async = {TMA_COPY_OP: "T.tma_copy", ASYNC_COPY_OP: "T.async_copy", WGMMA_GEMM_OP: "T.wgmma_gemm"}
+    barrier_calls = (intrin.MBAR_INIT, intrin.MBAR_WAIT, intrin.MBAR_ARRIVE, intrin.MBAR_ARRIVE_EXPECT_TX,
+                     intrin.MBAR_EXPECT_TX, intrin.CP_ASYNC_MBAR_ARRIVE_NOINC)
+
+    def on_attr(a):
+        if a.attr_key == THREAD_RANGE:
+            note("its threads run regions of their own (T.ws, or tile operators under a condition on the thread "
+                 "index)")
+
+    def on_call(c):
+        if is_op_call(c, BARRIER_INIT_OP) or any(intrin.is_call(c, n) for n in barrier_calls):
+            note("it synchronizes on mbarriers of its own (T.alloc_barrier)")
+        elif isinstance(c.op, tvm.ir.Op) and c.op.name in user_async:
+            note(f"it waits for its own asynchronous operations ({user_async[c.op.name]})")
+
+    walk(body, [(tirx.AttrStmt, on_attr), (tvm.ir.Call, on_call)])
+    return "; ".join(reasons) if reasons else None
+
+
 def warp_specializable(ctx, loop, plan) -> bool:
     """Whether `loop` (with its derived `plan`, in the kernel of pipelining context `ctx`) is warp-specialized."""
     if not warp_specialization_on(ctx.target):
         return False
+    if manual_synchronization(ctx.root) is not None:
+        return False  # compiled as written
     if ctx.threads is None or loop not in ctx.top_level or not any(ctx.is_wgmma_gemm(c) for c in plan.consumers):
         return False
     if ctx.threads % 128 or ctx.threads + 128 > 1024:

@@ -14,7 +14,9 @@ Produces: tile-level IR in which each such loop is rewritten (its pipeline annot
 * none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
 
 The pipelined shared buffers are allocated once with the most stages any loop wants. If one of them is also used
-outside its pipelined loop, the kernel keeps its original, serial loops.
+outside its pipelined loop, the kernel keeps its original, serial loops. A program that synchronizes itself
+(`tilex.transform.hopper.ws_decision.manual_synchronization`: T.ws, its own mbarriers, T.tma_copy, ...) keeps all
+its loops as written (serial), and the function attribute ``tilex.manual_synchronization`` says why.
 """
 from __future__ import annotations
 
@@ -22,10 +24,10 @@ import warnings
 
 from tvm import tirx
 
-from tilex.ir.names import NUM_STAGES
+from tilex.ir.names import MANUAL_SYNC_ATTR, NUM_STAGES
 from tilex.ir.visit import buffers_used, map_nodes, mutate, seq_items, walk
 from tilex.transform.hopper import ws_groups, ws_loops
-from tilex.transform.hopper.ws_decision import warp_specializable
+from tilex.transform.hopper.ws_decision import manual_synchronization, warp_specializable
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.pipeline import cp_async, explicit
 from tilex.transform.pipeline.analysis import strip_annotations, viewing
@@ -39,6 +41,10 @@ def inject_pipeline(func, target=None):
 
 
 def _inject(func, target):
+    reason = manual_synchronization(func.body)
+    if reason is not None:  # compiled as written: its T.Pipelined loops run serially
+        body = mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
+        return func.with_body(body).with_attr(MANUAL_SYNC_ATTR, reason)
     info = kernel_info(func)
     allocs = {}
 
