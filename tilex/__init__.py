@@ -14,6 +14,11 @@
 __version__ = "0.1.0"
 
 from . import env  # noqa: E402
+import tvm  # noqa: E402  (``tilex.tvm``: the installed TVM, as ``tilelang.tvm`` is TileLang's; see ir/tvm_fork.py)
+from tvm import DataType  # noqa: E402  (``tilex.DataType``, as ``tilelang.DataType``: TVM's dtype class)
+from .ir import tvm_fork as _tvm_fork  # noqa: E402
+
+_tvm_fork.install()  # the names of TileLang's TVM fork that TVM 0.27 lacks (tvm.tirx.PrimExpr)
 from . import dtypes  # noqa: E402  (torch-free; the torch-side helpers are tilex.quant)
 from . import jit  # noqa: E402  (the package; calling it is the @tilex.jit decorator)
 from .jit import JITKernel, TilexCompileError, TilexPerformanceWarning, compile  # noqa: E402,A004
@@ -31,9 +36,11 @@ from .jit.profiler import Profiler  # noqa: E402
 from .utils.tensor import TensorSupplyType  # noqa: E402
 from .jit.cache import disable as disable_cache, enable as enable_cache, enabled as is_cache_enabled  # noqa: E402
 from .log import set_log_level  # noqa: E402
+from .engine.callback import register_c_postproc, register_cuda_postproc, register_hip_postproc  # noqa: E402
 
 __all__ = ["__version__", "compile", "jit", "JITKernel", "TilexCompileError", "TilexPerformanceWarning", "env",
            "dtypes", "autotune", "AutoTuner", "TileScriptError", "TileOpError", "LayoutConflictError",
            "LayoutConversionWarning", "load", "ExportError", "custom_op", "PassConfigKey",
            "contrib", "math", "profiler", "tools", "utils", "cdiv", "next_power_of_2", "Profiler", "TensorSupplyType",
-           "disable_cache", "enable_cache", "is_cache_enabled", "set_log_level"]
+           "disable_cache", "enable_cache", "is_cache_enabled", "set_log_level", "tvm", "DataType",
+           "register_cuda_postproc", "register_hip_postproc", "register_c_postproc"]

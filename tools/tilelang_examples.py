@@ -222,6 +222,18 @@ def _cpu_torch():
     cuda.current_device = lambda: 0
     cuda.device_count = lambda: 1
     cuda.get_device_name = lambda *a, **k: "NVIDIA H100 (compile only, no GPU)"
+
+    class _Properties:  # an H100's, for programs that size their grids by the device
+        name = "NVIDIA H100 (compile only, no GPU)"
+        major, minor = 9, 0
+        multi_processor_count = 132
+        total_memory = 80 * 2**30
+        shared_memory_per_block_optin = 232448
+        max_threads_per_multi_processor = 2048
+        L2_cache_size = 50 * 2**20
+        warp_size = 32
+
+    cuda.get_device_properties = lambda *a, **k: _Properties()
     cuda.empty_cache = lambda: None
     cuda.set_device = lambda *a, **k: None
     cuda.is_available = lambda: True  # examples that refuse to run without CUDA go on to compile

@@ -433,12 +433,6 @@ def test_reshape_errors():
             with T.Kernel(1, threads=64) as bx:
                 s = T.alloc_shared((64,), "float32")
                 s2 = T.reshape(s, (8, 8))
-    with pytest.raises(NotImplementedError, match="fragment"):
-        @T.prim_func
-        def fragment(A: T.Tensor((64,), "float32")):
-            with T.Kernel(1, threads=64) as bx:
-                f = T.alloc_fragment((64,), "float32")
-                f2 = T.reshape(f, (8, 8))
 
 
 # ---- GPU ----------------------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ or ``AutoTuner.from_kernel(factory, configs).set_compile_args(out_idx=...).set_p
 .run(*factory_args)``. ``@tilex.autotune(configs=...)`` may also be stacked over ``@tilex.jit(out_idx=...)``
 (TileLang's pattern); the tuner then takes ``out_idx``, ``target`` and ``pass_configs`` from it.
 
-Modules: :mod:`~tilex.autotuner.tuner` (AutoTuner, the ``autotune`` decorator; how tuning works),
+Modules: :mod:`~tilex.autotuner.tuner` (AutoTuner; how tuning works), :mod:`~tilex.autotuner.decorator` (the
+``autotune`` decorator: what a call tunes, eager functions, ``do_not_specialize``), :mod:`~tilex.autotuner.configs`
+(configuration lists, a configuration's own ``pass_configs``),
 :mod:`~tilex.autotuner.workers` (the compile phase in worker processes or threads), :mod:`~tilex.autotuner.results`
 (statuses, per-configuration results, tables), :mod:`~tilex.autotuner.inputs` (benchmark inputs, output checks),
 :mod:`~tilex.autotuner.bench` (:func:`do_bench`, L2 flushed; the timing core is :mod:`tilex.jit.bench`),
@@ -31,7 +33,8 @@ from .inputs import default_supply
 from .results import (BUILD_ERROR, COMPILED, OK, RUNTIME_ERROR, SKIPPED, SMEM, TIMEOUT, WRONG, AutotuneError,
                       CompileReport, ConfigResult, TuneResult, format_table)
 from .smem import device_shared_memory_limit, shared_memory_bytes, shared_memory_usage
-from .tuner import AutotunedFactory, AutoTuner, autotune
+from .decorator import AutotunedFactory, autotune
+from .tuner import AutoTuner
 
 __all__ = ["autotune", "AutoTuner", "AutotunedFactory", "AutotuneError", "TuneResult", "ConfigResult",
            "CompileReport", "do_bench", "clear_cache", "autotune_cache_dir", "shared_memory_bytes",

@@ -5,6 +5,9 @@ Produces: each result's status (``"ok"``, ``"wrong"`` or ``"runtime_error"``), `
 ``device``; with ``time_it=False`` only the check (a result that passes keeps status ``"compiled"``, for the
 remote machines to time). Items run on one thread per GPU (:func:`~tilex.autotuner.devices.run_on_devices`), so
 inputs and reference outputs are made once per device and input signature; ``ref_prog`` itself is timed once.
+An output matches ``ref_prog``'s when at most ``max_mismatched_ratio`` of its elements differ beyond the
+tolerances (:func:`~tilex.autotuner.inputs.compare_outputs`); ``manual_check_prog(outputs, ref_outputs)`` decides
+instead when given (:func:`~tilex.autotuner.inputs.manual_check`).
 With ``early_stop_factor`` (TileLang's early stop), a configuration whose five-call estimate exceeds that factor
 times the best latency measured so far (on any device) gets the estimate as its latency without further timing.
 """
@@ -15,7 +18,7 @@ import threading
 
 from . import bench
 from .devices import run_on_devices
-from .inputs import compare_outputs
+from .inputs import compare_outputs, manual_check
 from .results import OK, RUNTIME_ERROR, WRONG, error_text, reason_of
 
 __all__ = ["LocalBench"]
@@ -28,7 +31,8 @@ class LocalBench:
 
     def __init__(self, supply, ref_prog, check: bool, rtol: float, atol: float, warmup: float, rep: float,
                  cache_inputs: bool = True, time_it: bool = True, progress=None,
-                 early_stop_factor: float | None = None, backend: str = "event"):
+                 early_stop_factor: float | None = None, backend: str = "event", manual_check_prog=None,
+                 max_mismatched_ratio: float = 0.0):
         self.supply, self.ref_prog, self.check = supply, ref_prog, check
         self.rtol, self.atol, self.warmup, self.rep = rtol, atol, warmup, rep
         self.cache_inputs, self.time_it, self.progress = cache_inputs, time_it, progress
@@ -37,6 +41,7 @@ class LocalBench:
         self._lock = threading.Lock()
         self._ref_timed = False
         self.early_stop_factor, self.backend = early_stop_factor, backend
+        self.manual_check_prog, self.max_mismatched_ratio = manual_check_prog, max_mismatched_ratio
         self.best_latency = None  # the lowest latency measured so far (early stop's baseline)
 
     def run(self, todo, devices) -> None:
@@ -78,8 +83,11 @@ class LocalBench:
             inputs, ref = self._inputs_for(kernel, dev)
             out = kernel(*inputs)
             torch.cuda.synchronize()
-            if ref is not None:
-                reason, r.max_error = compare_outputs(out, ref, self.rtol, self.atol)
+            if self.check:
+                if self.manual_check_prog is not None:
+                    reason = manual_check(self.manual_check_prog, out, ref)
+                else:
+                    reason, r.max_error = compare_outputs(out, ref, self.rtol, self.atol, self.max_mismatched_ratio)
                 if reason:
                     r.status, r.reason = WRONG, reason
                     return

@@ -22,9 +22,16 @@ Tuning runs in two phases that can be used separately (``AutoTuner.compile`` and
    falls back to threads.
 2. **benchmark** (GPU): inputs are made for the non-output parameters (``supply(params)`` or random tensors,
    :func:`tilex.autotuner.inputs.default_supply`), every compiled kernel is run once and compared against
-   ``ref_prog(*inputs)`` with ``torch.testing.assert_close`` (unless ``skip_check``;
-   :func:`tilex.autotuner.inputs.compare_outputs`), then timed with :func:`tilex.autotuner.bench.do_bench`
-   (CUDA events, L2 flushed between repetitions). The fastest correct configuration wins.
+   ``ref_prog(*inputs)`` within ``rtol``/``atol``, at most ``max_mismatched_ratio`` of the elements off (unless
+   ``skip_check``; :func:`tilex.autotuner.inputs.compare_outputs`; or judged by ``manual_check_prog``), then timed
+   with :func:`tilex.autotuner.bench.do_bench` (CUDA events, L2 flushed between repetitions). The fastest correct
+   configuration wins. Without a GPU the phase cannot run; it is :meth:`AutoTuner.benchmark` alone, so a caller
+   can put another choice in its place.
+
+A configuration may hold ``"pass_configs"``: compile options of its own, over the tuner's
+(:mod:`tilex.autotuner.configs`). A factory may also be an eager ``@tilex.jit`` function
+(:class:`tilex.jit.eager.EagerFactory`: called with compile-time arguments and ``T.const`` sizes by keyword; its
+kernels' outputs are its returned ``T.empty`` tensors).
 
 A configuration that fails is recorded with a status and a reason instead of raising
 (:mod:`tilex.autotuner.results`); only when *every* configuration fails does tuning raise
@@ -33,8 +40,9 @@ A configuration that fails is recorded with a status and a reason instead of rai
 The best configuration is cached on disk (:mod:`tilex.autotuner.cache`); a later run with the same factory,
 arguments, configurations, device and versions compiles just that configuration and does not benchmark.
 
-This module holds :class:`AutoTuner`, :class:`AutotunedFactory` and the :func:`autotune` decorator. The
-``@jit`` decorator that ``@autotune`` can be stacked on is :func:`tilex.jit` (``tilex.autotuner.jit`` is the same
+This module holds :class:`AutoTuner`; the ``@autotune`` decorator and what it makes of a factory
+(:class:`~tilex.autotuner.decorator.AutotunedFactory`) are in :mod:`tilex.autotuner.decorator`. The ``@jit``
+decorator that ``@autotune`` can be stacked on is :func:`tilex.jit` (``tilex.autotuner.jit`` is the same
 function).
 """
 from __future__ import annotations
@@ -43,7 +51,6 @@ import collections
 import functools
 import hashlib
 import inspect
-import itertools
 import json
 import logging
 import os
@@ -64,19 +71,20 @@ from tilex.utils.tensor import TensorSupplyType, supply_tensor
 from . import smem
 from . import cache as acache
 from .capture import captured_supply, get_autotune_inputs
+from .configs import PASS_CONFIGS, expand_configs, merge_pass_configs, split_config
 from .cost_model import CostModel, MeasurementDB, known_before_compiling, program_features
 from .devices import bench_devices
 from .dynamic import build_dynamic_kernel, profile, sized_supply
-from .inputs import as_list, compare_outputs, default_supply
+from .inputs import as_list, compare_outputs, default_supply, manual_check
 from .launch_shape import launch_shape
 from .local_bench import LocalBench
 from .remote import benchmark_remote
 from .results import (COMPILED, OK, RUNTIME_ERROR, SKIPPED, WRONG, AutotuneError, CompileReport, ConfigResult,
                       TuneResult, error_text, format_config, format_table, reason_of)
-from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, load_kernels, picklable,
-                      progress_bar, unwrap_factory)
+from .workers import (FactoryRef, call_factory, compile_in_processes, compile_in_threads, kernel_out_idx, load_kernels,
+                      picklable, progress_bar, unwrap_factory)
 
-__all__ = ["AutoTuner", "AutotunedFactory", "autotune"]
+__all__ = ["AutoTuner"]
 
 logger = logging.getLogger("tilex.autotuner")
 
@@ -88,7 +96,8 @@ class _Job:
     """One tuning problem: the factory bound to its arguments, the effective configurations and the compile
     arguments (what the compile phase's workers and the benchmark phase read)."""
 
-    def __init__(self, factory, args, kwargs, configs, call_cfgs, target, target_spec, out_idx, pass_configs):
+    def __init__(self, factory, args, kwargs, configs, call_cfgs, target, target_spec, out_idx, pass_configs,
+                 config_pass_configs=None):
         self.factory = factory
         self.args = tuple(args)
         self.kwargs = dict(kwargs)
@@ -98,18 +107,34 @@ class _Job:
         self.target_spec = target_spec  # JSON-able dict that re-creates `target` in a worker
         self.out_idx = out_idx
         self.pass_configs = pass_configs
+        # each configuration's own "pass_configs" (None: the tuner's alone)
+        self.config_pass_configs = list(config_pass_configs or [None] * len(configs))
         self.cache_payload = None
 
     def build_func(self, i):
         return call_factory(self.factory, self.args, self.kwargs, self.call_cfgs[i])
 
+    def pass_configs_of(self, i):
+        """The compile options of configuration `i`: the tuner's, with the configuration's own over them."""
+        return merge_pass_configs(self.pass_configs, self.config_pass_configs[i])
 
-def _expand_configs(configs) -> list:
-    if isinstance(configs, dict):  # {"bm": [64, 128], "bn": [...]} -> cartesian product
-        keys = list(configs)
-        values = [v if isinstance(v, (list, tuple)) else [v] for v in configs.values()]
-        return [dict(zip(keys, combo)) for combo in itertools.product(*values)]
-    return list(configs)
+    def out_idx_for(self, func):
+        """The out_idx to compile `func` (one of this job's programs) with."""
+        return kernel_out_idx(self.factory, func, self.out_idx)
+
+    @property
+    def returns_outputs(self) -> bool:
+        """Whether the kernels return outputs (``out_idx``, or an eager function's returned tensors) that a check
+        can compare."""
+        return bool(as_list(self.out_idx)) or bool(getattr(self.factory, "returns_outputs", False))
+
+    def subset(self, keep):
+        """This job restricted to configurations `keep` (indices)."""
+        sub = _Job(self.factory, self.args, self.kwargs, [self.configs[i] for i in keep],
+                   [self.call_cfgs[i] for i in keep], self.target, self.target_spec, self.out_idx, self.pass_configs,
+                   [self.config_pass_configs[i] for i in keep])
+        sub.cache_payload = self.cache_payload
+        return sub
 
 
 def _cuda_available() -> bool:
@@ -143,15 +168,18 @@ class AutoTuner:
 
     ``configs``: a list of dicts of factory keyword arguments, a dict of lists (their cartesian product), or a
     callable returning a list; the callable is called with the factory arguments given to ``run`` (or with
-    none if it takes none). Factory parameters passed explicitly to ``run`` override the configurations'
-    values. The phases are also available one by one: :meth:`compile` (no GPU needed) and :meth:`benchmark`.
+    none if it takes none). A configuration may hold ``"pass_configs"``, compile options of its own over the
+    tuner's (:mod:`tilex.autotuner.configs`). Factory parameters passed explicitly to ``run`` override the
+    configurations' values (the ``@autotune`` decorator instead compiles such a call as given, TileLang's rule).
+    The phases are also available one by one: :meth:`compile` (no GPU needed) and :meth:`benchmark`.
     """
 
     def __init__(self, factory, configs, *, out_idx=None, target="auto", pass_configs=None, warmup=25, rep=100,
                  ref_prog=None, supply=None, rtol=1e-2, atol=1e-2, skip_check=False, cache_input_tensors=True,
                  max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
                  parallel="auto", dynamic=None, top_k=None, record=True, cost_db=None, devices=None,
-                 runners=None, supply_type=None, early_stop=False, early_stop_factor=2.0, backend="event"):
+                 runners=None, supply_type=None, early_stop=False, early_stop_factor=2.0, backend="event",
+                 manual_check_prog=None, max_mismatched_ratio=0.01):
         if configs is None:
             raise ValueError("tilex.autotune: configs is required (a list of dicts, a dict of lists, or a callable)")
         inner = unwrap_factory(factory)
@@ -172,9 +200,13 @@ class AutoTuner:
             self.target = target
         if pass_configs is not None:
             self.pass_configs = pass_configs
+        if self.out_idx is not None and getattr(inner, "out_idx_of", None) is not None:
+            raise ValueError(f"tilex.autotune: out_idx={self.out_idx!r} is for factories that return a T.prim_func; "
+                             f"the eager function '{getattr(inner, '__name__', '?')}' returns its T.empty outputs")
         self.set_profile_args(warmup=warmup, rep=rep, ref_prog=ref_prog, supply=supply, rtol=rtol, atol=atol,
                               skip_check=skip_check, cache_input_tensors=cache_input_tensors, supply_type=supply_type,
-                              backend=backend)
+                              backend=backend, manual_check_prog=manual_check_prog,
+                              max_mismatched_ratio=max_mismatched_ratio)
         self.set_early_stop(early_stop, early_stop_factor)
         self.set_tune_args(max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
                            max_shared_memory=max_shared_memory, parallel=parallel, devices=devices,
@@ -212,18 +244,42 @@ class AutoTuner:
 
     def set_profile_args(self, warmup=25, rep=100, ref_prog=None, supply=None, rtol=1e-2, atol=1e-2,
                          skip_check=False, cache_input_tensors=True, supply_prog=None, supply_type=None,
-                         backend="event") -> "AutoTuner":
+                         backend="event", manual_check_prog=None, max_mismatched_ratio=0.01,
+                         timeout=None) -> "AutoTuner":
         """Benchmark and check settings. ``warmup``/``rep`` are milliseconds as in :func:`do_bench`;
         ``supply(params) -> list of tensors`` makes the inputs (``params``: the kernel's non-output
         :class:`tilex.jit.ParamSpec` list; ``supply_prog`` is accepted as TileLang's name for it); without one,
         ``supply_type`` (a :class:`tilex.TensorSupplyType`) fills them as the profiler does, and without that
         :func:`~tilex.autotuner.inputs.default_supply` does. Inputs given by an enclosing
         ``with set_autotune_inputs(...)`` (:mod:`tilex.autotuner.capture`) win over all three. ``backend``: how
-        :func:`tilex.jit.bench.do_bench` times ("event", "cupti" or "cudagraph")."""
+        :func:`tilex.jit.bench.do_bench` times ("event", "cupti" or "cudagraph").
+
+        The check (``ref_prog`` given, ``skip_check`` off): each output must be close to ``ref_prog``'s
+        (``|out - ref| <= atol + rtol * |ref|``) except at most ``int(numel * max_mismatched_ratio)`` elements
+        (TileLang's tolerance, 1 % by default); with ``manual_check_prog``, ``manual_check_prog(outputs,
+        ref_outputs)`` (both lists) decides instead: the configuration is wrong when it raises. TileLang's
+        ``timeout`` here (a limit on each configuration's benchmark) is accepted only as None or 0, no limit
+        (NotImplementedError otherwise; ``AutoTuner(timeout=...)`` limits compilation)."""
         if supply is not None and supply_prog is not None:
             raise TypeError("pass supply or supply_prog, not both")
         if backend not in ("event", "cupti", "cudagraph"):
             raise ValueError(f"tilex.autotune: backend must be 'event', 'cupti' or 'cudagraph', got {backend!r}")
+        if manual_check_prog is not None and not callable(manual_check_prog):
+            raise TypeError(f"tilex.autotune: manual_check_prog must be callable (outputs, ref_outputs), got "
+                            f"{type(manual_check_prog).__name__}")
+        if isinstance(max_mismatched_ratio, bool) or not isinstance(max_mismatched_ratio, (int, float)) \
+                or not 0 <= max_mismatched_ratio <= 1:
+            raise ValueError(f"tilex.autotune: max_mismatched_ratio must be a number in [0, 1], got "
+                             f"{max_mismatched_ratio!r}")
+        if timeout:
+            raise NotImplementedError("tilex AutoTuner.set_profile_args(timeout=...): a time limit on each "
+                                      "configuration's benchmark is not implemented (AutoTuner(timeout=...) limits "
+                                      "compilation)")
+        if manual_check_prog is not None and (ref_prog is None or skip_check):
+            logger.warning("tilex autotune: manual_check_prog is used only with ref_prog and skip_check=False "
+                           "(it compares the kernel's outputs with ref_prog's); nothing is checked")
+        self.manual_check_prog = manual_check_prog
+        self.max_mismatched_ratio = float(max_mismatched_ratio)
         self.supply_type = None if supply_type is None else TensorSupplyType.of(supply_type)
         self.backend = backend
         self.warmup = warmup
@@ -278,8 +334,11 @@ class AutoTuner:
         return _device_name()
 
     # -- binding
-    def _resolve_configs(self, args, kwargs) -> list:
-        configs = self.configs
+    def _resolve_configs(self, args, kwargs, configs=None) -> list:
+        """The configuration list for these factory arguments (`configs`, else the tuner's; a callable is called
+        with the arguments, or with none if it takes none), checked to be dicts."""
+        if configs is None:
+            configs = self.configs
         if callable(configs) and not isinstance(configs, (list, tuple, dict)):
             try:
                 takes_args = bool(inspect.signature(configs).parameters)
@@ -287,7 +346,7 @@ class AutoTuner:
                 takes_args = True
             configs = configs(*args, **kwargs) if takes_args else configs()
         try:
-            configs = _expand_configs(configs)
+            configs = expand_configs(configs)
         except TypeError:
             raise TypeError(f"tilex.autotune: configs must be a list of dicts (or a callable returning one), "
                             f"got {type(configs).__name__}") from None
@@ -299,18 +358,34 @@ class AutoTuner:
                                 f"arguments, got {c!r}")
         return configs
 
-    def _bind(self, args, kwargs) -> _Job:
-        configs = self._resolve_configs(args, kwargs)
-        name = getattr(self.factory, "__qualname__", repr(self.factory))
+    def _signature(self):
         try:
-            sig = inspect.signature(self.factory)
+            return inspect.signature(self.factory)
         except (TypeError, ValueError):
-            sig = None
-        keys = list(dict.fromkeys(k for c in configs for k in c))
+            return None
+
+    def tuned_keys(self, configs, sig=None) -> list[str]:
+        """The factory parameters the configurations set (their keys, the reserved ``"pass_configs"`` left out
+        unless the factory has a parameter of that name)."""
+        sig = sig if sig is not None else self._signature()
+        takes_pc = sig is not None and PASS_CONFIGS in sig.parameters
+        return list(dict.fromkeys(k for c in configs for k in c if takes_pc or k != PASS_CONFIGS))
+
+    def _bind(self, args, kwargs, configs=None) -> _Job:
+        """The tuning problem for these factory arguments: every configuration (of `configs`, else the tuner's)
+        with the parameters passed explicitly merged in, what each passes to the factory, its own pass_configs."""
+        configs = self._resolve_configs(args, kwargs, configs)
+        name = getattr(self.factory, "__qualname__", repr(self.factory))
+        sig = self._signature()
+        takes_pc = sig is not None and PASS_CONFIGS in sig.parameters
+        keys = self.tuned_keys(configs, sig)
         given: dict = {}
         if sig is not None:
-            has_var_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
-            unknown = [k for k in keys if k not in sig.parameters and not has_var_kw]
+            # an eager function's **sizes takes T.const sizes, never configuration keys
+            open_kw = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values()) and \
+                not getattr(self.factory, "sizes_by_keyword", False)
+            named = {n for n, p in sig.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+            unknown = [k for k in keys if k not in named and not open_kw]
             if unknown:
                 raise TypeError(f"tilex.autotune: configuration key(s) {unknown} are not parameters of "
                                 f"{name}{sig}")
@@ -319,8 +394,9 @@ class AutoTuner:
             except TypeError as e:
                 raise TypeError(f"tilex.autotune: bad arguments for {name}{sig}: {e}") from None
         fixed = {k: given[k] for k in keys if k in given}
-        eff, calls, seen = [], [], set()
+        eff, calls, own, seen = [], [], [], set()
         for c in configs:
+            factory_args, pass_configs = split_config(c, takes_pc)
             e = {**c, **fixed} if fixed else c
             try:
                 tag = json.dumps(acache.stable_repr(e), sort_keys=True)
@@ -330,7 +406,8 @@ class AutoTuner:
                 continue
             seen.add(tag)
             eff.append(e)
-            calls.append({k: v for k, v in c.items() if k not in given})
+            calls.append({k: v for k, v in factory_args.items() if k not in given})
+            own.append(pass_configs)
         if sig is not None:
             try:
                 sig.bind(*args, **kwargs, **calls[0])
@@ -343,7 +420,7 @@ class AutoTuner:
             spec = json.loads(str(target))
         except ValueError:
             spec = str(target)
-        return _Job(self.factory, args, kwargs, eff, calls, target, spec, self.out_idx, self.pass_configs)
+        return _Job(self.factory, args, kwargs, eff, calls, target, spec, self.out_idx, self.pass_configs, own)
 
     def _smem_limit(self, job) -> tuple[int | None, str]:
         """(bytes of shared memory a block may use, where that number comes from)."""
@@ -370,7 +447,7 @@ class AutoTuner:
             except Exception:  # noqa: BLE001 - that configuration fails; try the next one
                 continue
         try:
-            src = hashlib.sha256(inspect.getsource(self.factory).encode()).hexdigest()
+            src = hashlib.sha256(inspect.getsource(inspect.unwrap(self.factory)).encode()).hexdigest()
         except (OSError, TypeError):
             src = None
         return {
@@ -403,6 +480,21 @@ class AutoTuner:
             logger.info("tilex autotune: not caching (%s)", e)
             return None
 
+    # -- one configuration
+    def program(self, args, kwargs, config=None):
+        """The PrimFunc the factory builds for these arguments with one configuration's values (None: the
+        arguments as given)."""
+        return self._bind(args, kwargs, configs=[dict(config or {})]).build_func(0)
+
+    def compile_config(self, args, kwargs, config=None):
+        """Compile the factory for these arguments with one configuration's values (None: the arguments as given)
+        and the tuner's compile options, the configuration's own ``pass_configs`` over them; nothing is tuned or
+        cached here (the kernel cache still applies)."""
+        job = self._bind(args, kwargs, configs=[dict(config or {})])
+        func = job.build_func(0)
+        return compile_kernel(func, out_idx=job.out_idx_for(func), target=job.target,
+                              pass_configs=job.pass_configs_of(0))
+
     # -- phase 1: compile
     def compile(self, *args, **kwargs) -> CompileReport:
         """Compile every configuration (no GPU needed) and re-create the compiled kernels in this process.
@@ -421,7 +513,7 @@ class AutoTuner:
         else:
             try:
                 pickle.dumps((picklable(job.args), picklable(job.kwargs), job.call_cfgs, job.out_idx,
-                              job.pass_configs, job.target_spec))
+                              [job.pass_configs_of(i) for i in range(len(job.configs))], job.target_spec))
                 reason = ""
             except Exception as e:  # noqa: BLE001
                 ref, reason = None, f"the factory arguments cannot be pickled ({e})"
@@ -467,7 +559,7 @@ class AutoTuner:
                 "with runners= only the check against ref_prog does: skip_check=True times on the remote "
                 "machines unchecked" if self.runners else "AutoTuner.compile(...) runs the compile phase alone"),
                 results)
-        if check and not as_list(report.job.out_idx):
+        if check and not report.job.returns_outputs:
             raise AutotuneError("tilex autotune: checking against ref_prog needs out_idx (the kernel must return "
                                 "its outputs); set out_idx or skip_check=True", results)
         supply = self._supply()
@@ -482,7 +574,8 @@ class AutoTuner:
         local_bench = LocalBench(supply, self.ref_prog, check, self.rtol, self.atol, self.warmup, self.rep,
                                  cache_inputs=self.cache_input_tensors, time_it=not self.runners, progress=bar,
                                  early_stop_factor=self.early_stop_factor if self.early_stop else None,
-                                 backend=self.backend)
+                                 backend=self.backend, manual_check_prog=self.manual_check_prog,
+                                 max_mismatched_ratio=self.max_mismatched_ratio)
         try:
             if local:
                 local_bench.run(todo, devices)
@@ -589,10 +682,7 @@ class AutoTuner:
 
     def _compile_subset(self, job, keep) -> CompileReport:
         """Compile configurations `keep` of `job` only; the others are reported as skipped."""
-        sub = _Job(job.factory, job.args, job.kwargs, [job.configs[i] for i in keep],
-                   [job.call_cfgs[i] for i in keep], job.target, job.target_spec, job.out_idx, job.pass_configs)
-        sub.cache_payload = job.cache_payload
-        part = self._compile_job(sub)
+        part = self._compile_job(job.subset(keep))
         results = [ConfigResult(i, c, SKIPPED, reason="ranked out before compiling by the cost model")
                    for i, c in enumerate(job.configs)]
         for i, r in zip(keep, part.results):
@@ -660,8 +750,8 @@ class AutoTuner:
                                       "benchmark is not implemented (AutoTuner(timeout=...) limits compilation)")
         return options
 
-    def _run(self, args, kwargs) -> TuneResult:
-        job = self._bind(args, kwargs)
+    def _run(self, args, kwargs, configs=None) -> TuneResult:
+        job = self._bind(args, kwargs, configs)
         dim = self._dynamic_dim(job)
         if dim is not None:
             return self._run_dynamic(job, dim)
@@ -678,6 +768,7 @@ class AutoTuner:
         if not report.compiled:
             raise AutotuneError("tilex autotune: no configuration compiled:\n" + report.table(), report.results)
         res = self.benchmark(report)
+        _label(res.best)  # whatever made the choice (benchmark() may be replaced), the kernel carries it
         if key is not None:
             res.cache_key = key
             res.cache_path = acache.save(key, {
@@ -773,7 +864,10 @@ class AutoTuner:
             try:
                 out = kernels[r.index](*inputs)
                 torch.cuda.synchronize()
-                reason, r.max_error = compare_outputs(out, ref, self.rtol, self.atol)
+                if self.manual_check_prog is not None:
+                    reason = manual_check(self.manual_check_prog, out, ref)
+                else:
+                    reason, r.max_error = compare_outputs(out, ref, self.rtol, self.atol, self.max_mismatched_ratio)
                 if reason:
                     r.status, r.reason = WRONG, reason
             except Exception as e:  # noqa: BLE001
@@ -803,8 +897,9 @@ class AutoTuner:
                 i = int(d["index"])
                 results.append(ConfigResult.from_json(d, job.configs[i] if 0 <= i < len(job.configs) else None))
             best = next((r for r in results if r.index == idx), None) or ConfigResult(idx, config, OK)
-            best.kernel = compile_kernel(job.build_func(idx), out_idx=job.out_idx, target=job.target,
-                                         pass_configs=job.pass_configs)
+            func = job.build_func(idx)
+            best.kernel = compile_kernel(func, out_idx=job.out_idx_for(func), target=job.target,
+                                         pass_configs=job.pass_configs_of(idx))
         except Exception as e:  # noqa: BLE001 - a stale or broken entry: tune again
             logger.warning("tilex autotune: cached entry %s is unusable (%s); tuning again", entry.get("path"), e)
             return None
@@ -849,114 +944,3 @@ def _label(best: ConfigResult):
             k.latency = best.latency
         except AttributeError:
             pass
-
-
-# --------------------------------------------------------------------------------------------------
-# decorators
-# --------------------------------------------------------------------------------------------------
-class AutotunedFactory:
-    """What ``@tilex.autotune(...)`` makes of a kernel factory. Calling it with the factory's problem
-    arguments tunes (or loads the cached best configuration) and returns the best configuration's compiled
-    :class:`tilex.JITKernel`, with ``kernel.config`` and ``kernel.latency`` set. Results are remembered per
-    argument list in this process; :meth:`tune_results` returns the full :class:`TuneResult`.
-
-    When every tuned parameter is passed explicitly, nothing is tuned: the kernel is compiled as given.
-    """
-
-    def __init__(self, factory, tuner: AutoTuner):
-        functools.update_wrapper(self, unwrap_factory(factory))
-        self.__tilex_factory__ = factory
-        self.tuner = tuner
-        self._memo: dict = {}
-        self._lock = threading.Lock()
-        self.last_result: TuneResult | None = None
-
-    def _memo_key(self, args, kwargs):
-        try:
-            return json.dumps(acache.stable_repr([list(args), kwargs]), sort_keys=True)
-        except acache.UnstableKeyError:
-            return None
-
-    def tune_results(self, *args, **kwargs) -> TuneResult:
-        """The :class:`TuneResult` for these factory arguments (tunes first if needed)."""
-        mk = self._memo_key(args, kwargs)
-        with self._lock:
-            if mk is not None and mk in self._memo:
-                return self._memo[mk]
-            res = self.tuner.run(*args, **kwargs)
-            if mk is not None:
-                self._memo[mk] = res
-            self.last_result = res
-            return res
-
-    def __call__(self, *args, **kwargs):
-        tuner = self.tuner
-        job = tuner._bind(args, kwargs)
-        if len(job.configs) == 1 and all(not c for c in job.call_cfgs):
-            # every tuned parameter was given explicitly: compile as asked
-            kernel = compile_kernel(job.build_func(0), out_idx=job.out_idx, target=job.target,
-                                    pass_configs=job.pass_configs)
-            kernel.config = job.configs[0]
-            kernel.latency = None
-            return kernel
-        return self.tune_results(*args, **kwargs).kernel
-
-    def __repr__(self):
-        return f"<tilex.autotune {getattr(self, '__qualname__', '?')}>"
-
-
-def autotune(func=None, *, configs=None, warmup=25, rep=100, ref_prog=None, rtol=1e-2, atol=1e-2, supply=None,
-             skip_check=False, cache_input_tensors=True, max_workers=None, timeout=None, out_idx=None,
-             target="auto", pass_configs=None, cache=True, progress=True, max_shared_memory=None,
-             parallel="auto", supply_prog=None, dynamic=None, top_k=None, record=True, cost_db=None,
-             devices=None, runners=None, supply_type=None, early_stop=False, early_stop_factor=2.0,
-             backend="event"):
-    """Decorator: tune a kernel factory over ``configs`` and return the best compiled kernel.
-
-    ::
-
-        @tilex.autotune(configs=[dict(bm=128, bn=128, bk=64, num_stages=3, threads=128), ...],
-                        ref_prog=lambda A, B: A @ B, out_idx=[2])
-        def matmul(M, N, K, bm=128, bn=128, bk=32, num_stages=3, threads=128): ...
-
-        kernel = matmul(4096, 4096, 4096)   # tuned (or the cached best); kernel.config is the choice
-        matmul.tune_results(4096, 4096, 4096).table()
-
-    ``out_idx``, ``target``, ``pass_configs`` go to ``tilex.compile``; or stack ``@tilex.autotune(...)`` over
-    ``@tilex.jit(out_idx=...)``, whose compile arguments the tuner then uses (arguments given here win). See
-    :class:`AutoTuner` and the module docstring for the rest.
-
-    ``dynamic=["m"]`` (or ``{"m": largest value}``): when the factory is called with ``T.dynamic("m")`` for a
-    size, every configuration is compiled once with it symbolic, profiled at wave-aligned values of it, and the
-    result's kernel is a :class:`~tilex.autotuner.dispatch.DynamicKernel` that picks the configuration for each
-    call's value from WaveTune's tables (saved in the autotune cache).
-
-    Every benchmark run is recorded in a local measurement database (``record``; ``cost_db`` names its file,
-    default ``<autotune cache>/measurements.jsonl``). ``top_k=5`` measures only the five configurations an XGBoost
-    cost model trained on that database ranks fastest (:mod:`tilex.autotuner.cost_model`; all of them until it
-    holds measurements of a few other problems).
-
-    Configurations are timed on every visible GPU of the host side by side (``devices``: a count or a list of
-    indices instead); ``runners=[RemoteRunner(...)]`` times them on other machines through TVM's RPC tracker.
-
-    TileLang's ``supply_type`` (how inputs are filled when no ``supply`` is given), ``early_stop`` /
-    ``early_stop_factor`` (:meth:`AutoTuner.set_early_stop`) and ``backend`` (the timing method) are taken too;
-    ``with tilex.autotuner.set_autotune_inputs(...)`` around the call gives the inputs.
-    """
-    if supply is not None and supply_prog is not None:
-        raise TypeError("pass supply or supply_prog, not both")
-
-    def wrap(fn):
-        tuner = AutoTuner(fn, configs, out_idx=out_idx, target=target, pass_configs=pass_configs, warmup=warmup,
-                          rep=rep, ref_prog=ref_prog, supply=supply if supply is not None else supply_prog,
-                          rtol=rtol, atol=atol, skip_check=skip_check, cache_input_tensors=cache_input_tensors,
-                          max_workers=max_workers, timeout=timeout, cache=cache, progress=progress,
-                          max_shared_memory=max_shared_memory, parallel=parallel, dynamic=dynamic, top_k=top_k,
-                          record=record, cost_db=cost_db, devices=devices, runners=runners,
-                          supply_type=supply_type, early_stop=early_stop, early_stop_factor=early_stop_factor,
-                          backend=backend)
-        return AutotunedFactory(fn, tuner)
-
-    if func is not None:
-        return wrap(func)
-    return wrap

@@ -39,9 +39,9 @@ from tilex.op.base import LayoutConflictError, TileOpError
 from .results import BUILD_ERROR, COMPILED, SMEM, TIMEOUT, error_text, reason_of
 from .smem import shared_memory_bytes
 
-__all__ = ["unwrap_factory", "FactoryRef", "call_factory", "build_kernel", "worker_ping", "worker_compile",
-           "make_task", "collect", "compile_in_processes", "release_pool", "compile_in_threads", "load_kernels",
-           "terminate_pool", "progress_bar", "NoBar"]
+__all__ = ["unwrap_factory", "FactoryRef", "call_factory", "kernel_out_idx", "build_kernel", "worker_ping",
+           "worker_compile", "make_task", "collect", "compile_in_processes", "release_pool", "compile_in_threads",
+           "load_kernels", "terminate_pool", "progress_bar", "NoBar"]
 
 logger = logging.getLogger("tilex.autotuner")
 
@@ -107,6 +107,13 @@ def call_factory(factory, args, kwargs, call_cfg):
     return func
 
 
+def kernel_out_idx(factory, func, out_idx):
+    """The ``out_idx`` to compile `func` (built by `factory`) with: the tuner's, or for an eager ``@tilex.jit``
+    function (:class:`tilex.jit.eager.EagerFactory`) the positions of the ``T.empty`` outputs it returns."""
+    out_idx_of = getattr(factory, "out_idx_of", None)
+    return out_idx_of(func) if out_idx_of is not None else out_idx
+
+
 def build_kernel(func, out_idx, target, pass_configs, smem_limit) -> tuple[dict, Any]:
     """Shared-memory check (``smem_limit``: (bytes or None, where the limit comes from)), then
     ``tilex.compile``. Returns ``(info, kernel or None)``; ``info`` holds ``status``, ``reason``, ``error``,
@@ -153,7 +160,8 @@ def worker_compile(task: dict) -> dict:
         return {"status": BUILD_ERROR, "reason": reason_of(e), "error": error_text(e), "smem": None,
                 "compile_time": time.perf_counter() - t0}
     target = env.resolve_target(task["target"])
-    info, _kernel = build_kernel(func, task["out_idx"], target, task["pass_configs"], task["smem_limit"])
+    info, _kernel = build_kernel(func, kernel_out_idx(factory, func, task["out_idx"]), target, task["pass_configs"],
+                                 task["smem_limit"])
     info["compile_time"] = time.perf_counter() - t0
     return info
 
@@ -197,10 +205,11 @@ def unpickled(value):
 
 def make_task(job, ref: FactoryRef, i: int, smem_limit) -> dict:
     """The picklable task for :func:`worker_compile`: configuration ``i`` of ``job`` (the tuner's bound
-    problem), its factory named by ``ref``."""
+    problem; its compile options merged with the configuration's own ``pass_configs``), its factory named by
+    ``ref``."""
     return {"ref": ref.as_tuple(), "args": picklable(job.args), "kwargs": picklable(job.kwargs),
             "call_cfg": job.call_cfgs[i],
-            "out_idx": job.out_idx, "target": job.target_spec, "pass_configs": job.pass_configs,
+            "out_idx": job.out_idx, "target": job.target_spec, "pass_configs": job.pass_configs_of(i),
             "smem_limit": smem_limit}
 
 
@@ -417,7 +426,8 @@ def load_kernels(job, results) -> None:
             continue
         try:
             func = job.build_func(r.index)
-            r.kernel = compile_kernel(func, out_idx=job.out_idx, target=job.target, pass_configs=job.pass_configs)
+            r.kernel = compile_kernel(func, out_idx=job.out_idx_for(func), target=job.target,
+                                      pass_configs=job.pass_configs_of(r.index))
             r.from_kernel_cache = r.kernel.from_cache
         except Exception as e:  # noqa: BLE001
             r.status, r.reason, r.error = BUILD_ERROR, reason_of(e), error_text(e)
@@ -445,7 +455,7 @@ def compile_in_threads(job, results, workers: int, smem_limit, timeout=None, pro
 
     ex = cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tilex-autotune")
     try:
-        futures = {ex.submit(build_kernel, f, job.out_idx, job.target, job.pass_configs, smem_limit): i
+        futures = {ex.submit(build_kernel, f, job.out_idx_for(f), job.target, job.pass_configs_of(i), smem_limit): i
                    for i, f in funcs.items()}
         collect(futures, results, bar, on_result, timeout)
     finally:

@@ -12,7 +12,8 @@ On import this module registers (once, overriding TVM's defaults):
   ``#include "tilex/common.h"`` when that header exists and the code does not include it yet, applies the
   launch markers of warp-specialized kernels to ``__launch_bounds__`` / ``__cluster_dims__`` and aligns dynamic
   shared memory to 1024 bytes. Each edit of TVM's text raises TilexCompileError when the text it edits is not
-  there in the form TVM 0.27 writes it (rather than silently leaving the kernel without it).
+  there in the form TVM 0.27 writes it (rather than silently leaving the kernel without it). Then the user's
+  post-processor, if one is registered (:mod:`tilex.engine.callback`), edits the result.
 
 Every cubin / fatbin compilation passes ``--resource-usage`` so that ptxas reports each kernel's registers,
 spills, stack frame and shared memory. :func:`capture` collects what :func:`compile_cuda` ran in this thread
@@ -38,6 +39,7 @@ import tvm  # noqa: F401 - TVM's own CUDA callbacks are registered first, then o
 import tvm_ffi
 
 from tilex import config, env
+from tilex.engine import callback
 from tilex.ir import intrin
 
 __all__ = ["TilexCompileError", "compile_cuda", "nvcc_command", "register_hooks", "compile_count",
@@ -362,8 +364,9 @@ def align_dynamic_shared(code: str) -> str:
     return code.replace(_DYNAMIC_SHARED_AS_TVM_WRITES, _DYNAMIC_SHARED_ALIGNED)
 
 
-def _cuda_postproc_hook(code, *_unused):
-    return align_dynamic_shared(apply_launch_annotations(cap_registers_for_setmaxnreg(add_common_include(str(code)))))
+def _cuda_postproc_hook(code, target=None, *_unused):
+    code = align_dynamic_shared(apply_launch_annotations(cap_registers_for_setmaxnreg(add_common_include(str(code)))))
+    return callback.apply_cuda_postproc(code, target)  # the user's edits (register_cuda_postproc), last
 
 
 _registered = False

@@ -43,6 +43,8 @@ from tilex.ir.source import backtrace_requested, is_located
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
 from tilex.transform import fast_math  # noqa: F401  (registers the float32 exp2 / exp lowering rules)
+from tilex.transform.guard_global_access import guard_global_access
+from tilex.transform.scalar_bool_vectors import scalar_bool_vectors
 from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
 from tilex.transform.hopper.roles import NamedBarriers, UnfoldRoles
@@ -104,6 +106,8 @@ def _tile_passes(func, target):
     func = choose_rasterization(func, target)
     func = layout_inference(func, target)
     func = lower_with_swizzles(func, target)
+    func = guard_global_access(func)
+    func = scalar_bool_vectors(func)
     func = warp_specialize(func)
     func = persistent_tiles(func, target)
     return thread_block_swizzle(func)  # after lowering: bounds proofs see grid ranges

@@ -16,7 +16,8 @@ GPU), so no kernel entry is written there; ``tilex.compile`` still runs nvcc on 
 keeps ptxas's report in ``<cache dir>/ptxas/<key[:2]>/<key>.json`` (:func:`save_ptxas_report`), so compiling
 the same kernel again on that machine skips nvcc.
 
-Disable with ``TILEX_DISABLE_CACHE=1`` or :func:`disable`.
+Disable with ``TILEX_DISABLE_CACHE=1`` or :func:`disable`; it is also off while a CUDA post-processor is registered
+(:mod:`tilex.engine.callback`).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ import tempfile
 from typing import Any
 
 from tilex import config, env
-from tilex.engine import nvcc
+from tilex.engine import callback, nvcc
 from tilex.ir.hardware import num_sms
 
 __all__ = ["cache_dir", "enabled", "enable", "disable", "make_key", "save", "load", "clear", "stats",
@@ -59,6 +60,10 @@ def cache_dir() -> str:
 
 
 def enabled() -> bool:
+    """Whether kernels are cached: off while a CUDA post-processor is registered (its edits are not in the key),
+    else as :func:`enable` / :func:`disable` / ``TILEX_DISABLE_CACHE`` say."""
+    if callback.cuda_postproc() is not None:
+        return False
     if _enabled_override is not None:
         return _enabled_override
     return os.environ.get("TILEX_DISABLE_CACHE", "").strip().lower() not in ("1", "true", "yes", "on")

@@ -38,7 +38,7 @@ Semantics (those of ``@tilelang.jit``'s lazy mode, where the function returns it
   gives the kernel. :mod:`tilex.jit.eager` has the details; ``.mode`` is ``"eager"`` or ``"lazy"``.
 * ``@tilex.autotune(configs=...)`` stacked over ``@tilex.jit(...)`` takes ``out_idx``, ``target`` and
   ``pass_configs`` from it (``__tilex_compile_args__``) and tunes the undecorated factory
-  (``__tilex_factory__``).
+  (``__tilex_factory__``; of an eager function, its :class:`~tilex.jit.eager.EagerFactory`).
 
 TileLang's other ``jit`` arguments: ``debug_root_path`` is supported (every new compilation writes the kernel's
 CUDA source and the program's TVMScript there). ``target_host``, ``execution_backend`` and ``verbose`` are accepted
@@ -134,6 +134,8 @@ class JitFactory:
         # TileLang's eager style (the function is the program: T.const / T.empty / annotated tensors): tilex.jit.eager
         self._eager = EagerFunction(func, self) if is_eager(func) else None
         self.mode = "lazy" if self._eager is None else "eager"
+        if self._eager is not None:  # @tilex.autotune tunes the program it builds (tilex.jit.eager.EagerFactory)
+            self.__tilex_factory__ = self._eager.factory
 
     # -- the compile options, by name
     @property

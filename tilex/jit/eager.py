@@ -53,6 +53,12 @@ tuple, or ``None``). ``f.compile(...)`` compiles (not memoized) from tensors and
 Errors: a tensor whose rank or dtype differs from its annotation, two tensors that disagree on a size, a size
 nothing binds, a keyword that is neither a parameter nor a ``T.const`` name, ``out_idx`` given to ``@tilex.jit``
 (the outputs are the returned ``T.empty`` tensors).
+
+**Autotuning.** :class:`EagerFactory` is the function seen as a kernel factory: called with the compile-time
+arguments and the ``T.const`` sizes by keyword, it builds the ``T.prim_func``. ``@tilex.autotune`` tunes it
+(:mod:`tilex.autotuner.decorator`): a call's tensors and size keywords become sizes (:meth:`EagerFunction.arguments`,
+the first configuration standing in for the tuned parameters while the declarations are read), the configurations
+set compile-time parameters, and the best kernel runs on the call's tensors (:meth:`EagerFunction.launch`).
 """
 from __future__ import annotations
 
@@ -81,7 +87,7 @@ from tilex.language.parser import program_error
 from .dtypes import tvm_to_torch_dtype
 from .kernel import compile as compile_kernel
 
-__all__ = ["is_eager", "EagerFunction"]
+__all__ = ["is_eager", "EagerFunction", "EagerFactory"]
 
 _MISSING = object()
 #: compile-time argument types whose values key the kernel cache as they are, tagged with their type (str
@@ -94,6 +100,7 @@ _ASSERT = "_tilex_assert_"
 _LOCALS = "_tilex_locals_"
 _PRIM_FUNC = "_tilex_prim_func_"
 _PARAM_TYPE = "_tilex_param_type_"
+_SIZES = "_tilex_sizes_"  # the **sizes of an EagerFactory's signature
 
 
 # ------------------------------------------------------------------------------------------------
@@ -314,6 +321,7 @@ class EagerFunction:
         self._memo: dict = {}
         self._lock = threading.Lock()
         self._prepare_lock = threading.Lock()
+        self.factory = EagerFactory(self)  # the function as a kernel factory, for @tilex.autotune
 
     def _prepare(self):
         """Split the body into declarations and kernel, find the tensor parameters, compile the declarations."""
@@ -424,8 +432,9 @@ class EagerFunction:
         return types.FunctionType(inner_code, self.func.__globals__, self.name, None, closure or None)
 
     # -- arguments
-    def _split(self, args, kwargs):
-        """(compile-time values by name, tensors by name, size keywords) of a call."""
+    def _split(self, args, kwargs, assumed=None):
+        """(compile-time values by name, tensors by name, size keywords) of a call. A compile-time parameter the
+        call does not give takes its value from `assumed` (a dict), else its default."""
         n = len(self.params)
         if len(args) > n:
             raise TypeError(f"{self.name}() takes {n} positional arguments but {len(args)} were given")
@@ -443,7 +452,7 @@ class EagerFunction:
         for i in self._static_idx:
             v = values[i]
             if v is _MISSING:
-                v = self._defaults[i]
+                v = assumed.get(self.params[i], self._defaults[i]) if assumed else self._defaults[i]
                 if v is _MISSING:
                     raise TypeError(f"{self.name}() missing required argument: '{self.params[i]}'")
             static[self.params[i]] = v
@@ -701,12 +710,104 @@ class EagerFunction:
         if missing:
             raise TypeError(f"{self.name}() missing tensor argument(s): {', '.join(missing)}")
         kernel, tensors = self._lookup(args, kwargs)
+        return self.launch(kernel, tensors)
+
+    def launch(self, kernel, tensors):
+        """Run `kernel` (compiled from this function) on a call's tensors (by parameter name); its outputs."""
+        missing = [p for p in self.tensor_params if p not in tensors]
+        if missing:
+            raise TypeError(f"{self.name}() missing tensor argument(s): {', '.join(missing)}")
         return kernel(*(tensors[p] for p in self.tensor_params))
+
+    def arguments(self, args, kwargs, assumed=None, omit=()):
+        """(program arguments, tensors by name) of a call: the compile-time arguments by name (those in `omit` left
+        out) and every T.const size, bound from the size keywords and the tensors as a call binds them. `assumed`
+        gives compile-time values the call leaves out while the declarations are read (the autotuner's first
+        configuration, so that the sizes can be found before its parameters are chosen)."""
+        self._prepare()
+        static, tensors, sizes = self._split(args, kwargs, assumed)
+        shape = self._shape(static, self._static_key(static))
+        program = {k: v for k, v in static.items() if k not in omit}
+        program.update(zip(shape.names, self._bind_sizes(shape, tensors, sizes)))
+        return program, tensors
 
     def cache_clear(self):
         with self._lock:
             self._memo.clear()
             self._shapes.clear()
+
+
+class EagerFactory:
+    """An eager function seen as a kernel factory: what ``@tilex.autotune`` tunes (the ``__tilex_factory__`` of an
+    eager :class:`~tilex.jit.decorator.JitFactory`). Called with the compile-time arguments and the ``T.const``
+    sizes, all by keyword (compile-time ones also by position, in the order of the signature without the tensor
+    parameters), it returns the ``T.prim_func``; its module and qualified name are the function's, so a worker
+    process finds it through the module attribute.
+
+    What the autotuner reads besides: :attr:`sizes_by_keyword` (its ``**sizes`` takes T.const sizes, never a
+    configuration key), :meth:`out_idx_of` (the outputs of a program it built: the returned ``T.empty`` tensors),
+    :attr:`returns_outputs`, :meth:`arguments` (a call's program arguments and tensors) and :meth:`launch` (run a
+    kernel on a call's tensors)."""
+
+    #: the ``**sizes`` of the signature take T.const sizes only (configuration keys are compile-time parameters)
+    sizes_by_keyword = True
+
+    def __init__(self, eager: EagerFunction):
+        self.eager = eager
+        func = eager.func
+        self.__module__ = func.__module__
+        self.__qualname__ = func.__qualname__
+        self.__name__ = func.__name__
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func  # its source (the autotune cache key reads it through inspect.unwrap)
+        self._signature = None
+
+    @property
+    def __signature__(self) -> inspect.Signature:  # noqa: PLW3201 - what inspect.signature reads
+        """The function's signature without its tensor parameters, plus ``**sizes`` (the T.const names)."""
+        if self._signature is None:
+            self.eager._prepare()
+            tensors = set(self.eager.tensor_params)
+            params = [p for p in inspect.signature(self.eager.func).parameters.values() if p.name not in tensors]
+            params.append(inspect.Parameter(_SIZES, inspect.Parameter.VAR_KEYWORD))
+            self._signature = inspect.Signature(params)
+        return self._signature
+
+    def __call__(self, *args, **kwargs):
+        """The ``T.prim_func`` for these compile-time arguments and T.const sizes."""
+        bound = self.__signature__.bind(*args, **kwargs)
+        arguments = dict(bound.arguments)
+        sizes = arguments.pop(_SIZES, {})
+        return self.eager.get_tir(**arguments, **sizes)
+
+    def out_idx_of(self, func) -> list[int]:
+        """The positions of the outputs (the returned ``T.empty`` tensors, in the order of the ``return``) among the
+        parameters of a program this factory built."""
+        self.eager._prepare()
+        names = [p.name for p in func.params]
+        return [names.index(n) for n in self.eager._returns]
+
+    @property
+    def returns_outputs(self) -> bool:
+        """Whether the function returns outputs (a kernel whose outputs can be compared with a reference)."""
+        self.eager._prepare()
+        return bool(self.eager._returns)
+
+    @property
+    def tensor_params(self) -> list[str]:
+        self.eager._prepare()
+        return list(self.eager.tensor_params)
+
+    def arguments(self, args, kwargs, assumed=None, omit=()):
+        """:meth:`EagerFunction.arguments`."""
+        return self.eager.arguments(args, kwargs, assumed=assumed, omit=omit)
+
+    def launch(self, kernel, tensors):
+        """:meth:`EagerFunction.launch`."""
+        return self.eager.launch(kernel, tensors)
+
+    def __repr__(self):
+        return f"<tilex.jit eager factory {self.__qualname__}>"
 
 
 # ------------------------------------------------------------------------------------------------

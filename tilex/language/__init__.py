@@ -28,6 +28,7 @@ from tilex.language.parser import prim_func
 from tilex.language.tileop import (GemmWarpPolicy, clear, copy, dequantize, fill, gemm, reduce, reduce_abssum,
                                    reduce_absmax, reduce_max, reduce_min, reduce_sum)
 from tilex.language.tileop import cummax, cumsum, reduce_bitand, reduce_bitor, reduce_bitxor
+from tilex.language.tileop import c2d_im2col, im2col
 from tilex.language.warp import (activemask, all_sync, any_sync, ballot, ballot_sync, get_lane_idx, get_warp_group_idx,
                                  get_warp_idx, get_warp_idx_sync, shfl_down, shfl_sync, shfl_up, shfl_xor, sync_warp,
                                  warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min,
@@ -36,6 +37,7 @@ from tilex.language.builtin import (annotate_l2_hit_ratio, annotate_min_blocks_p
                                     annotate_safe_value, clamp, device_assert, dp4a, fma, get_block_binding,
                                     get_block_bindings, get_block_extent, get_block_extents, get_thread_bindings,
                                     get_thread_extent, get_thread_extents, import_source, pdl_sync, pdl_trigger)
+from tilex.language.builtin import reinterpret  # TileLang's order (value, dtype) and TVMScript's (dtype, value)
 from tilex import dtypes as _lowbit
 
 # the low-bit types of tilex.dtypes TVM has no dtype for (T.float6_e3m2, T.float4_e2m1, ...) as LowBitType, for
@@ -45,14 +47,17 @@ for _t in _lowbit.ALL_TYPES:
 del _t
 
 from tilex.language.dtypes import canonical_dtype
+from tilex.language.dtypes import TF32_NAMES, tf32_refusal
 from tilex.language.proxy import FragmentBuffer, LocalBuffer, SharedBuffer, StridedTensor, Tensor
 
 
 def __getattr__(name):
     """T.int and T.float (int32, float32): dtypes kept out of this module's globals, where they would shadow the
-    builtins."""
+    builtins; T.tfloat32 (and its vector types) raise NotImplementedError naming it."""
     if name in ("int", "float"):
         return _DTYPES[name]
+    if name in TF32_NAMES:  # TileLang's TensorFloat32 types: refused by name
+        raise tf32_refusal(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -127,9 +127,11 @@ def reshape(src, shape):
     order is kept, so ``T.reshape(A, (n // m, m))[i, j]`` is ``A[i * m + j]``. The element counts must be equal
     (symbolic dimensions of a global tensor where TVM's analyzer proves it).
 
-    Global tensors and per-thread local buffers take any shape. A fragment keeps its shape (its layout would have
-    to be re-derived for another) and a shared tile cannot be reshaped yet (it has a layout, a swizzle, the view
-    would have to follow): both raise NotImplementedError."""
+    Global tensors, per-thread local buffers and fragments take any shape. A fragment's reshape is the same
+    registers: each element stays in its thread and register, and layout inference derives either layout from the
+    other (`tilex.op.view`), so ``s3 = T.reshape(s, (m, h, d))`` of a gemm's accumulator ``s`` (m, h * d) can be
+    written and reduced per ``h``. A shared tile cannot be reshaped yet (it has a layout, a swizzle, the view would
+    have to follow): NotImplementedError."""
     api = "T.reshape"
     if not tirx.is_buffer_var(src):
         raise TypeError(f"{api} expects a buffer, got {src!r}")
@@ -147,9 +149,7 @@ def reshape(src, shape):
         raise ValueError(f"{api}: '{src.name}' {list(src.shape)} has {count} elements but the shape {list(shape)} "
                          f"has {want}")
     if scope == FRAGMENT_SCOPE:
-        if [_static_dim(d, "the shape") for d in shape] != [_static_dim(d, src.name) for d in src.shape]:
-            raise NotImplementedError(f"{api} of fragment '{src.name}' {list(src.shape)} as {list(shape)} is not "
-                                      f"supported by tilex: a fragment keeps its shape (its layout is per "
-                                      f"element); reshape the shared or global tile it comes from")
-        return view(src)
+        shape = tuple(_static_dim(d, f"{api} of fragment '{src.name}': the shape") for d in shape)
+        if list(shape) == [_static_dim(d, src.name) for d in src.shape]:
+            return view(src)
     return _ir.decl_buffer(shape, str(src.dtype), data=src.data, scope=scope or "global")

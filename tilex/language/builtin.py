@@ -2,7 +2,7 @@
 
 * device utilities: ``T.fma``, ``T.dp4a``, ``T.clamp``, ``T.device_assert``, ``T.pdl_sync`` / ``T.pdl_trigger``,
   ``T.import_source`` (refused); ``T.popcount`` is TVMScript's, given its CUDA form for every integer type by
-  ``tilex.ir.intrin``;
+  ``tilex.ir.intrin``; ``T.reinterpret`` (TileLang's argument order, value first, and TVMScript's, dtype first);
 * kernel queries: ``T.get_thread_bindings``, ``T.get_block_binding(s)``, ``T.get_thread_extent(s)``,
   ``T.get_block_extent(s)`` of the enclosing ``T.Kernel`` (``T.get_thread_binding`` is in ``kernel.py``);
 * annotations: ``T.annotate_min_blocks_per_sm``, ``T.annotate_restrict_buffers``, ``T.annotate_l2_hit_ratio``,
@@ -17,13 +17,14 @@ from tvm import tirx
 
 from tilex.ir import intrin
 from tilex.ir.visit import BufferLoadNode, dtype_of
+from tilex.language.dtypes import canonical_dtype, is_dtype_like
 from tilex.language.kernel import current_kernel, in_kernel, launch_dim
 from tilex.language.options import as_bool, as_int, constant
 
 __all__ = ["fma", "dp4a", "clamp", "device_assert", "pdl_sync", "pdl_trigger", "import_source", "get_thread_bindings",
            "get_block_binding", "get_block_bindings", "get_thread_extent", "get_thread_extents", "get_block_extent",
            "get_block_extents", "annotate_min_blocks_per_sm", "annotate_restrict_buffers", "annotate_l2_hit_ratio",
-           "annotate_safe_value"]
+           "annotate_safe_value", "reinterpret"]
 
 _POINTER_SCOPES = ("global", "", "shared", "shared.dyn", "local")
 
@@ -75,6 +76,46 @@ def _as_expr(value, like, api="T.clamp"):
         return tirx.const(value, dtype_of(like) if tvm.ir.is_prim_expr(like) else
                           ("float32" if isinstance(value, float) else "int32"))
     raise TypeError(f"{api}: expected a number or a scalar expression, got {value!r}")
+
+
+def _is_dtype_arg(x):
+    return isinstance(x, tvm.ir.Type) or (not tvm.ir.is_prim_expr(x) and is_dtype_like(x))
+
+
+def reinterpret(value, dtype, span=None):
+    """The bits of `value` read as `dtype` (same total width; ``"handle"`` makes a pointer of an integer).
+    TileLang writes ``T.reinterpret(value, dtype)``, TVMScript ``T.reinterpret(dtype, value)``: both are accepted,
+    the argument that is a dtype (a name, a dtype object, a ``tvm.ir.Type``) being the dtype. ``span`` is
+    TVMScript's source location."""
+    api = "T.reinterpret"
+    first, second = _is_dtype_arg(value), _is_dtype_arg(dtype)
+    if first and second:
+        raise TypeError(f"{api}: both arguments are dtypes ({value!r}, {dtype!r}); pass a value and a dtype")
+    if not (first or second):
+        for arg in (dtype, value):
+            if isinstance(arg, str):
+                canonical_dtype(arg)  # a misspelled name: its ValueError says what dtypes are
+        raise TypeError(f"{api}: one argument must be a dtype (a name such as 'uint32', T.uint32, a tvm.ir.Type), "
+                        f"got {value!r} and {dtype!r}")
+    if first:
+        value, dtype = dtype, value
+    if isinstance(value, (bool, int, float)):
+        raise TypeError(f"{api}: the value must be an expression with a dtype (T.uint64(0), x, ...), not the "
+                        f"Python number {value!r}, whose bit width is not given")
+    if not tvm.ir.is_prim_expr(value):
+        raise TypeError(f"{api}: expected a scalar expression to reinterpret, got {value!r}")
+    if isinstance(dtype, tvm.ir.Type):
+        return tirx.reinterpret(dtype, value, span)
+    name = "handle" if str(dtype) == "handle" else str(canonical_dtype(dtype))
+    source = dtype_of(value)
+    if "handle" not in (name, source):
+        have, want = (tvm.DataType(d).bits * tvm.DataType(d).lanes for d in (source, name))
+        if any(d.startswith("float4_e2m1fn") for d in (source, name)):  # TVM: packed fp4 by its storage bytes
+            have, want = -(-have // 8) * 8, -(-want // 8) * 8
+        if have != want:
+            raise ValueError(f"{api}: {source} ({have} bits) cannot be reinterpreted as {name} ({want} bits): the "
+                             f"widths must be equal")
+    return tirx.reinterpret(name, value, span)
 
 
 def clamp(dst, min_val, max_val):

@@ -143,10 +143,25 @@ def is_dtype_like(value) -> builtins.bool:
     return True
 
 
+#: TileLang's TensorFloat32 types (``T.tfloat32``, ``T.tfloat32x2`` .. ``x64``; named ``custom[tfloat32]`` there),
+#: which tilex refuses by name (:func:`tf32_refusal`)
+TF32_NAMES = ("tfloat32", *(f"tfloat32x{n}" for n in (2, 4, 8, 16, 32, 64)))
+
+
+def tf32_refusal(name: str) -> NotImplementedError:
+    """The NotImplementedError for TileLang's TensorFloat32 type `name`."""
+    return NotImplementedError(
+        f"T.{name} (TileLang's TensorFloat32 element type: float32 storage whose values are rounded to tf32, "
+        f"multiplied by tf32 tensor-core MMAs) is not supported by tilex: TVM 0.27 has no tf32 dtype and tilex's "
+        f"T.gemm has no tf32 MMA (its operands are float16, bfloat16, float8 or int8 tiles)")
+
+
 def _name_of(value) -> str:
     """The TVM dtype name `value` stands for (see :class:`dtype`)."""
     if isinstance(value, str):
         name = C_NAMES.get(str(value), str(value))
+        if name in TF32_NAMES or name.startswith("custom[tfloat32]"):
+            raise tf32_refusal(name if name in TF32_NAMES else "tfloat32")
     elif isinstance(value, _script.DtypeConstructor):
         name = value._dtype_str  # noqa: SLF001 - TVMScript's constructor names its dtype there
     elif value is _script.boolean:  # TVMScript's T.bool

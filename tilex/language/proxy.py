@@ -7,7 +7,8 @@ going through :func:`~tilex.language.dtypes.canonical_dtype` (names, dtype objec
 """
 from __future__ import annotations
 
-from tvm.script.tirx import Buffer
+from tvm.script.ir_builder import IRBuilder
+from tvm.script.tirx import Buffer, decl_buffer
 
 from tilex.language.dtypes import canonical_dtype, is_dtype_like
 
@@ -23,6 +24,10 @@ class TensorProxy:
     def __call__(self, shape, dtype="float32", *args, **kwargs):
         if self.scope is not None and not (len(args) >= 5 or "scope" in kwargs):  # scope: T.Buffer's 7th argument
             kwargs["scope"] = self.scope
+        if (args[0] if args else kwargs.get("data")) is not None and IRBuilder.is_in_scope():
+            # in a program body, a tensor over existing data (`T.Tensor(shape, dtype, A.data)`, TileLang's
+            # reshaped view) is a declaration, which TVM 0.27 needs (T.Buffer alone leaves it undeclared)
+            return decl_buffer(_shape(shape), canonical_dtype(dtype), *args, **kwargs)
         return Buffer(_shape(shape), canonical_dtype(dtype), *args, **kwargs)
 
     def __getitem__(self, keys):

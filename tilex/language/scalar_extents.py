@@ -88,7 +88,7 @@ class _Definitions:
 
 def _folded(extent, defs, analyzer):
     """The constant `extent` always equals, or None."""
-    if isinstance(extent, tirx.IntImm) or not isinstance(extent, tvm.ir.PrimExpr):
+    if isinstance(extent, tirx.IntImm) or not tvm.ir.is_prim_expr(extent):
         return None
     value = analyzer.simplify(defs.expand(extent))
     return tirx.const(int(value.value), dtype_of(extent)) if isinstance(value, tirx.IntImm) else None

@@ -15,6 +15,7 @@ from tilex.op.copy import copy_call
 from tilex.op.dequantize import dequantize_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import GemmWarpPolicy, gemm_call
+from tilex.op.im2col import im2col_call
 from tilex.op.reduce import BITWISE_KINDS, KINDS, is_integer_dtype, reduce_call
 from tilex.op.region import to_region
 from tilex.op.scan import scan_call
@@ -67,6 +68,29 @@ def copy(src, dst, *, coalesced_width=None, disable_tma=False, eviction_policy=N
     if as_bool(api, "disable_tma", disable_tma):
         return copy_call(src, dst, disable_tma=True)
     return copy_call(src, dst)
+
+
+def im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
+    """Gather one tile of a 2-d convolution's im2col matrix from an NHWC image: rows ``nhw_step * BM ..`` (output
+    pixels ``(n * OH + oh) * OW + ow``), columns ``c_step * BK ..`` (window elements ``(kh * kernel + kw) * C + c``)
+    of a ``kernel`` x ``kernel`` window with `stride`, `dilation` and zero padding `pad`, into the ``BM x BK`` tile
+    `col`; padding and elements past the matrix's last row / column are 0 (see ``tilex.op.im2col``).
+    ``eviction_policy="evict_normal"`` is the default cache behaviour; the other policies and ``annotations`` are
+    not implemented (NotImplementedError)."""
+    api = "T.im2col"
+    if isinstance(eviction_policy, int) and not isinstance(eviction_policy, bool) and 0 <= eviction_policy < 3:
+        eviction_policy = EVICTION_POLICIES[eviction_policy]
+    if eviction_policy is not None and eviction_policy not in EVICTION_POLICIES:
+        raise ValueError(f"{api}: eviction_policy must be one of {EVICTION_POLICIES} or None, got {eviction_policy!r}")
+    if eviction_policy not in (None, "evict_normal"):
+        unsupported(api, "eviction_policy", eviction_policy, "the image is read with the default cache policy")
+    no_annotations(api, annotations)
+    return im2col_call(img, col, nhw_step, c_step, kernel, stride, dilation, pad, api)
+
+
+def c2d_im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy=None, annotations=None):
+    """TileLang's older name of :func:`im2col` (the same operator)."""
+    return im2col(img, col, nhw_step, c_step, kernel, stride, dilation, pad, eviction_policy, annotations)
 
 
 def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False,
@@ -248,4 +272,5 @@ def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
 
 
 __all__ = ["copy", "gemm", "fill", "clear", "GemmWarpPolicy", "reduce", "reduce_sum", "reduce_max", "reduce_min",
-           "reduce_abssum", "reduce_absmax", "reduce_bitand", "reduce_bitor", "reduce_bitxor", "cumsum", "cummax"]
+           "reduce_abssum", "reduce_absmax", "reduce_bitand", "reduce_bitor", "reduce_bitxor", "cumsum", "cummax",
+           "im2col", "c2d_im2col"]

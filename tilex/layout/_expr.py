@@ -256,6 +256,9 @@ def invert_affine(exprs: Sequence, vars_: Sequence[tirx.Var], extents: Sequence[
     except Exception as err:  # pragma: no cover
         raise LayoutError(f"{what} is not an invertible affine map: {err}") from err
     if len(res.indices) != len(exprs) or len(res.errors) > 0:
+        flat = _invert_flattened(exprs, vars_, extents, out_vars)
+        if flat is not None:
+            return flat
         errs = "; ".join(str(e) for e in res.errors) or "not bijective"
         raise LayoutError(f"{what} is not bijective (or not an affine div/mod map), cannot invert ({errs}): "
                           f"{list(exprs)}")
@@ -265,6 +268,39 @@ def invert_affine(exprs: Sequence, vars_: Sequence[tirx.Var], extents: Sequence[
         e = inv[v] if v in inv else to_expr(0)
         result.append(e)
     return result
+
+
+def _invert_flattened(exprs, vars_, extents, out_vars):
+    """`invert_affine` through the row-major offset of the inputs, or None: a map written over several inputs that
+    only depends on their offset (a coalesced plan of a 3-d tile, ``(i0 * 32 + i1 * 8 + i2 // 4) % 128``) is often
+    an iter map of that one variable even when TVM cannot fuse its inputs itself."""
+    from tvm.sym.iter_affine_map import IterMapLevel
+
+    if len(vars_) < 2:
+        return None
+    extents = [int(e) for e in extents]
+    flat = tirx.Var("_flat", INDEX_DTYPE)
+    total = int(np.prod(extents))
+    ana = tvm.sym.Analyzer()
+    ana.bind(flat, Range(0, total))
+    parts, rest = [], flat
+    for e in reversed(extents[1:]):
+        parts.append(tirx.floormod(rest, e))
+        rest = tirx.floordiv(rest, e)
+    parts.append(rest)
+    unflat = list(reversed(parts))
+    fused = [ana.simplify(substitute(e, dict(zip(vars_, unflat)))) for e in exprs]
+    try:
+        res = tvm.sym.detect_iter_map(fused, {flat: Range(0, total)}, check_level=IterMapLevel.Bijective,
+                                      simplify_trivial_iterators=True, analyzer=ana)
+    except Exception:  # pragma: no cover - analyzer quirks
+        return None
+    if len(res.indices) != len(exprs) or len(res.errors) > 0:
+        return None
+    inv = tvm.sym.inverse_affine_iter_map(res.indices, list(out_vars))
+    if flat not in inv:
+        return None
+    return [substitute(u, {flat: inv[flat]}) for u in unflat]
 
 
 def is_fn(x) -> bool:

@@ -94,7 +94,10 @@ def decompose(frag: Fragment):
 
 
 def project(frag: Fragment, drop) -> tuple[Fragment, list]:
-    """(Fragment over the kept dims, replication terms [(scale, extent)] that came from the dropped dims)."""
+    """(Fragment over the kept dims, replication terms [(scale, extent)] that came from the dropped dims).
+
+    Dropping every dimension (a 1-d tile reduced to a scalar) gives a Fragment of shape (1,) whose one element is
+    held, at register 0, by every thread that held some element of `frag`."""
     drop = sorted({d % len(frag.input_shape) for d in drop})
     keep = [d for d in range(len(frag.input_shape)) if d not in drop]
     th, lo = decompose(frag)
@@ -119,7 +122,7 @@ def project(frag: Fragment, drop) -> tuple[Fragment, list]:
         for t in base_terms:
             expr = expr + Term(new_dim[t.dim], t.lower_factor, t.extent, t.scale).value(vs[new_dim[t.dim]])
         if replicate > 1:
-            rep = args[len(keep)] if len(args) > len(keep) else args[-1]
+            rep = args[-1]  # after the placeholders (one, of extent 1, when every dimension is dropped)
             r = 1
             for t in rep_terms:
                 expr = expr + tirx.floormod(tirx.floordiv(rep, r), t.extent) * t.scale
@@ -132,7 +135,5 @@ def project(frag: Fragment, drop) -> tuple[Fragment, list]:
             expr = expr + t.value(vs[t.dim])
         return expr
 
-    if not keep:
-        raise LayoutError("projecting away every dimension is not supported")
     out = Fragment(shape, thread, index, replicate=replicate)
     return out, [(t.scale, t.extent) for t in rep_terms]

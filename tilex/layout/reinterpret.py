@@ -5,13 +5,16 @@ bits, the tile's last dimension is rescaled by the ratio of the element sizes.
 a Fragment. ``merge_elements(f, r)``: `r` neighbours along the last dimension read as one wider element (uint8
 codes as uint32 words); only where they are `r` consecutive registers of one thread, starting at a multiple of
 `r`. The two are inverse: ``merge_elements(split_elements(f, s), s)`` is `f`.
+
+``reshape_fragment(f, shape)`` (`T.reshape` of a fragment): the same elements in row-major order seen with another
+shape, each in the thread and register it had (dimensions split or merged); always a Fragment.
 """
 from __future__ import annotations
 
 import numpy as np
 from tvm import tirx
 
-from ._expr import LayoutError
+from ._expr import LayoutError, row_major_offset
 from .fragment import Fragment
 
 
@@ -79,4 +82,36 @@ def merge_elements(frag: Fragment, r: int) -> Fragment:
                 f"merge_elements: the {r} elements of a group are not {r} consecutive registers of one thread: "
                 f"element {elem} is thread {int(th[k])} local {int(loc[k])}, its group starts at thread "
                 f"{int(th[order[k]])} local {int(loc[order[k]])}")
+    return Fragment(shape, thread, index, replicate=rep)
+
+
+def _unflatten(flat, shape):
+    out = []
+    for d in reversed(shape[1:]):
+        out.append(tirx.floormod(flat, d))
+        flat = tirx.floordiv(flat, d)
+    out.append(flat)
+    return list(reversed(out))
+
+
+def reshape_fragment(frag: Fragment, shape) -> Fragment:
+    """`frag` seen with `shape` (the same number of elements): element ``y`` of the result is element
+    ``unflatten(row_major(y))`` of `frag`, in the same thread (each replica) at the same register."""
+    shape = [int(d) for d in shape]
+    old = [int(d) for d in frag.input_shape]
+    if int(np.prod(shape)) != int(np.prod(old)):
+        raise LayoutError(f"reshape_fragment: {old} has {int(np.prod(old))} elements, {shape} has "
+                          f"{int(np.prod(shape))}")
+    rep = int(frag.replicate)
+
+    def base_index(ix):
+        return _unflatten(row_major_offset(list(ix), shape), old)
+
+    def thread(*args):
+        ix, r = (args[:-1], args[-1]) if rep > 1 else (args, 0)
+        return frag.map_thread(base_index(ix), rep=r)
+
+    def index(*ix):
+        return frag.local_offset(base_index(ix))
+
     return Fragment(shape, thread, index, replicate=rep)

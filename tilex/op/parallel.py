@@ -9,7 +9,7 @@ from tvm.sym import int_set
 
 from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, free_vars, map_nodes, seq, seq_items,
                             substitute, walk)
-from tilex.layout import LayoutError
+from tilex.layout import Fragment, LayoutError
 from tilex.layout.convert import pulled_back, reads_own_elements
 from tilex.layout.project import project
 from tilex.op.int_cast import fast_int_casts
@@ -153,8 +153,10 @@ class ParallelOp(TileOp):
         self.scalar_only = inlined is None or _has_binds(self.body)
         self.extents = static_shape(extents, "T.Parallel")
         self.accesses = buffer_accesses(self.body)
+        self.inner = _inner_loops(self.body)
         self.loop_layout = None
         self._blocks = {}  # (buffer, indices) -> _block_of's answer
+        self._owns_cache = {}  # (buffer, indices, id(layout)) -> (layout, whether the loop's threads own it)
 
     def buffers(self):
         return list({b: None for b, _, _ in self.accesses})
@@ -200,21 +202,29 @@ class ParallelOp(TileOp):
                 if self._block_of(ctx, buf, idx) is not None:
                     continue  # a block of a fragment with a layout, read in the loop's own threads
                 keep = _subset_of_vars(idx, self.vars)
+                if keep is None and _scalar_access(buf, idx):
+                    keep = []  # x[0] of a one-element fragment: read by every thread of the loop
                 have = ctx.layout_map.get(buf, result.get(buf))
                 if keep is not None:
-                    if have is None:
-                        # a broadcast operand (bias[j], row_max[i]): replicate it over the threads that read it
+                    # a broadcast operand (bias[j], row_max[i], m[0]): replicated over the threads that read it;
+                    # a layout given elsewhere under which they do not hold it is a conflict for inference to settle
+                    # (the operand converted into this one before the loop)
+                    if have is None or not self._owns(buf, idx, have):
                         drop = [d for d in range(len(self.vars)) if d not in keep]
-                        result[buf] = project(self.loop_layout, drop)[0]
+                        result[buf] = _as_shape(project(self.loop_layout, drop)[0], buf)
                     continue
                 # read through an index map (a transpose, j // 2 into packed values): the fragment that puts each
                 # element in the thread reading it, a weak wish (at the free level, after the operators before this
                 # one chose, e.g. a coalesced load); a layout already given that does not is a conflict
-                if level != InferLevel.FREE:
+                if level != InferLevel.FREE or (have is not None and self._owns(buf, idx, have)):
                     continue
-                want = pulled_back(self.loop_layout, idx, self.vars, self.extents, static_shape(buf.shape, buf.name))
-                if want is not None and (have is None or not reads_own_elements(
-                        self.loop_layout, have, idx, self.vars, self.extents)):
+                want = pulled_back(self.loop_layout, idx, self.vars, self.extents, static_shape(buf.shape, buf.name),
+                                   self.inner)
+                if want is None and not self._writes(buf) and self._indexable(idx):
+                    # read in a pattern no smaller fragment serves (``a[k, i]`` with k an inner serial loop, an
+                    # index computed from several loop variables): every thread holds the whole (read-only) tile
+                    want = Fragment.fully_replicated(static_shape(buf.shape, buf.name), ctx.threads)
+                if want is not None:
                     result[buf] = want
                 continue  # other patterns are checked at lowering: the loop's threads must own the element
             have = ctx.layout_map.get(buf, result.get(buf))
@@ -316,6 +326,22 @@ class ParallelOp(TileOp):
             vec //= 2
         return 1
 
+    def _owns(self, buf, idx, lay):
+        """Whether each iteration finds ``buf[idx]`` in its own thread under `lay` (enumerated once per layout)."""
+        key = (buf, tuple(idx), id(lay))
+        if key not in self._owns_cache:
+            self._owns_cache[key] = (lay, self._indexable(idx) and reads_own_elements(
+                self.loop_layout, lay, idx, self.vars, self.extents, self.inner))
+        return self._owns_cache[key][1]
+
+    def _indexable(self, idx):
+        """Whether `idx` uses only the loop's variables and those of serial loops inside it (static ranges)."""
+        known = set(self.vars) | {v for v, _, _ in self.inner}
+        return all(free_vars(e) <= known for e in idx)
+
+    def _writes(self, buf):
+        return any(store and b.same_as(buf) for b, _, store in self.accesses)
+
     def _block_of(self, ctx, buf, idx):
         """(sub-fragment, register placement, register offset) when ``buf[idx]`` reads a block of fragment `buf`
         (which has a layout): indices ``m_d + v_d`` over the loop variables in order, the loop's extents dividing
@@ -353,7 +379,7 @@ class ParallelOp(TileOp):
             block = self._block_of(ctx, buf, idx)
             if block is not None and block[0].is_equal(frag):
                 continue
-            free = sorted({str(n) for e in idx for n in free_vars(e) - set(self.vars)})
+            free = sorted({str(n) for e in idx for n in free_vars(e) - set(self.vars) - {v for v, _, _ in self.inner}})
             if free:
                 raise TileOpError(
                     f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, "
@@ -361,7 +387,7 @@ class ParallelOp(TileOp):
                     f"of the fragment: each index the loop's own variable (in loop order) plus a multiple of that "
                     f"loop's extent, the extents dividing the fragment's shape {list(lay.input_shape)}, and the "
                     f"fragment's layout {lay} repeating over those blocks in the same threads")
-            if not reads_own_elements(frag, lay, idx, self.vars, self.extents):
+            if not reads_own_elements(frag, lay, idx, self.vars, self.extents, self.inner):
                 raise TileOpError(
                     f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, but "
                     f"under its layout {lay} some elements live in other threads than the iterations that use them "
@@ -433,6 +459,43 @@ def _tile_bytes(buf):
 
 def _covers(shape, extents):
     return len(shape) == len(extents) and all(s >= e for s, e in zip(shape, extents))
+
+
+def _inner_loops(body):
+    """[(var, min, extent)] of the loops nested in a T.Parallel body whose bounds are constants."""
+    out = []
+
+    def on_for(n):
+        if isinstance(n.min, tirx.IntImm) and isinstance(n.extent, tirx.IntImm):
+            out.append((n.loop_var, int(n.min.value), int(n.extent.value)))
+
+    walk(body, (tirx.For, on_for))
+    return out
+
+
+def _scalar_access(buf, idx):
+    """Whether ``buf[idx]`` reads the one element of a one-element fragment by constant indices."""
+    return all(isinstance(i, tirx.IntImm) and i.value == 0 for i in idx) and all(
+        isinstance(d, tirx.IntImm) and d.value == 1 for d in buf.shape)
+
+
+def _as_shape(frag, buf):
+    """`frag` (a projection) over `buf`'s shape when the two differ only by unit dimensions."""
+    shape = [int(d) for d in buf.shape]
+    if list(frag.input_shape) == shape:
+        return frag
+    if [d for d in shape if d != 1] != [d for d in frag.input_shape if d != 1]:
+        return frag  # not the same elements: the conflict names both
+    pos = [d for d, e in enumerate(shape) if e != 1]
+
+    def pick(vs):
+        return [vs[d] for d in pos] or [tirx.const(0, "int32")]
+
+    rep = int(frag.replicate)
+    if rep > 1:
+        return Fragment(shape, lambda *a: frag.map_thread(pick(a[:-1]), a[-1]), lambda *a: frag.map_index(pick(a)),
+                        replicate=rep)
+    return Fragment(shape, lambda *a: frag.map_thread(pick(a)), lambda *a: frag.map_index(pick(a)))
 
 
 def _subset_of_vars(indices, vars_):

@@ -1,5 +1,8 @@
-"""`T.view` of a fragment, as a relation between two layouts: the view keeps every thread's bits, so its Fragment
-follows from the viewed fragment's (`tilex.layout.reinterpret`) and the other way round. Whichever of the two an
+"""`T.view` / `T.reshape` of a fragment, as a relation between two layouts: the view keeps every thread's bits, so its
+Fragment follows from the viewed fragment's (`tilex.layout.reinterpret`) and the other way round. A view of another
+element type rescales the last dimension (elements split or merged); a view of the same element type with another
+shape (`T.reshape`: dimensions split or merged, row-major order kept) puts each element in the thread and register
+it had. Whichever of the two an
 operator lays out first (a T.gemm pinning the view as its operand, a copy choosing the base's), layout inference
 derives the other here; a T.view whose merged elements are not consecutive registers of one thread is a
 TileOpError naming both buffers. Nothing is lowered: both are the same per-thread registers
@@ -9,7 +12,7 @@ from __future__ import annotations
 import tvm
 
 from tilex.layout import LayoutError
-from tilex.layout.reinterpret import merge_elements, split_elements
+from tilex.layout.reinterpret import merge_elements, reshape_fragment, split_elements
 from tilex.op.base import InferLevel, TileOp, TileOpError
 
 
@@ -30,16 +33,26 @@ class FragmentView(TileOp):
         return [self.base, self.view]
 
     def describe(self):
-        return (f"T.view({self.base.name} {list(self.base.shape)} {self.base.dtype} as {self.view.name} "
+        api = "T.reshape" if self._reshape() else "T.view"
+        return (f"{api}({self.base.name} {list(self.base.shape)} {self.base.dtype} as {self.view.name} "
                 f"{list(self.view.shape)} {self.view.dtype})")
+
+    def _reshape(self):
+        """Whether this is a reshape (same element type, another shape) rather than a view as another type."""
+        return _bits(self.view) == _bits(self.base) and [int(d) for d in self.view.shape] != [
+            int(d) for d in self.base.shape]
 
     def view_layout(self, base_layout):
         """The view's Fragment for the base's."""
+        if self._reshape():
+            return reshape_fragment(base_layout, self.view.shape)
         vb, bb = _bits(self.view), _bits(self.base)
         return merge_elements(base_layout, vb // bb) if vb >= bb else split_elements(base_layout, bb // vb)
 
     def base_layout(self, view_layout):
         """The base's Fragment for the view's."""
+        if self._reshape():
+            return reshape_fragment(view_layout, self.base.shape)
         vb, bb = _bits(self.view), _bits(self.base)
         return split_elements(view_layout, vb // bb) if vb >= bb else merge_elements(view_layout, bb // vb)
 

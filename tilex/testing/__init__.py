@@ -11,7 +11,8 @@
 * :func:`torch_assert_close` (:mod:`tilex.utils.tensor`); :func:`process_func` / :func:`regression`
   (:mod:`tilex.testing.perf_regression`).
 
-Importing this module imports pytest (as TileLang's does); ``import tilex`` alone does not import it.
+Importing this module imports pytest and ``tvm.testing`` (as TileLang's does), and gives ``tvm.testing`` the
+``requires_package`` of TileLang's TVM fork (this one) where TVM lacks it; ``import tilex`` alone imports neither.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import random
 import sys
 
 import pytest
+import tvm.testing
 
 from tilex import env
 from tilex.contrib import nvcc
@@ -74,6 +76,10 @@ def requires_package(*packages):
         return _mark(func, [pytest.mark.skipif(bool(missing), reason=f"needs package(s) {', '.join(missing)}")])
 
     return inner
+
+
+if not hasattr(tvm.testing, "requires_package"):  # TileLang's TVM fork has it (see tilex/ir/tvm_fork.py)
+    tvm.testing.requires_package = requires_package
 
 
 def _not_a_tilex_backend(what):

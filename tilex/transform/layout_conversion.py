@@ -77,8 +77,11 @@ def _conversion(src, src_lay, dst, dst_lay, exchange, name=None):
     if in_same_threads(dst_lay, src_lay):
         return [tirx.Evaluate(copy_call(src, dst))], exchange
     if exchange is None:
+        # a one-element tile (a reduction's scalar result) in static shared memory: TVM 0.27's
+        # MergeSharedMemoryAllocations fails on a one-element dynamic allocation beside others
+        one = math.prod(int(d) for d in src.shape) == 1
         exchange = tirx.decl_buffer(list(src.shape), str(src.dtype), f"{name or src.name}_exchange",
-                                    scope="shared.dyn")
+                                    scope="shared" if one else "shared.dyn")
     return [tirx.Evaluate(copy_call(src, exchange)), tirx.Evaluate(copy_call(exchange, dst))], exchange
 
 

@@ -187,9 +187,26 @@ def lower_tile_ops(func, target=None):
     body = expose_shared_atomics(body)
     if ctx.host_init:
         # tensor maps are encoded by the host part of the function, before the kernel launch
-        body = tirx.SeqStmt(ctx.host_init + [body])
+        body = tirx.SeqStmt(_host_pointers(ctx.host_init, func.body) + [body])
     func = func.with_body(body).without_attr(LAYOUT_MAP_ATTR)
     return func
+
+
+def _host_pointers(stmts, body):
+    """`stmts` (host code) with the data pointer of a global view declared in the kernel body (``T.reshape``,
+    ``T.Tensor(shape, dtype, A.data)``) replaced by the data it views, which the host has."""
+    views = {}
+    walk(body, (tirx.DeclBuffer, lambda d: views.__setitem__(d.buffer, d.data) if str(d.buffer.scope()) in
+                ("global", "") else None))
+    if not views:
+        return stmts
+
+    def on_call(call):
+        while is_op_call(call, "tirx.buffer_data") and call.args[0] in views:
+            call = views[call.args[0]]
+        return call
+
+    return [map_nodes(s, (tvm.ir.Call, on_call)) for s in stmts]
 
 
 def _lower_located(op, ctx, span):
