@@ -10,7 +10,8 @@ TVM's ThreadSync plans every ``shared.dyn`` access as one array, because TVM mer
 overlap them. It would put a barrier between a read of one tile and a write of another: in a loop that reads packed
 codes and writes the decoded tile, one per element. Here the tiles are planned under the static ``shared`` scope,
 where TVM tells buffers apart, and get their scope back afterwards. A kernel with a ``shared.dyn`` buffer that is a
-view of another (a DeclBuffer) keeps TVM's planning. A condition that reads shared memory (``if flag[0] == ...``),
+view of another (a DeclBuffer) keeps TVM's planning. A condition every thread evaluates alike (no thread index, no per-thread or shared value) may hold barriers
+(TVM is told with ``tvm_thread_invariant``). A condition that reads shared memory (``if flag[0] == ...``),
 which TVM's access planner cannot place, is computed into a variable just before its ``if``. A kernel with thread
 regions (T.ws, branches on the thread index; `tilex.transform.thread_regions`) is planned region by region, the
 barriers inside a region becoming named barriers over its threads. T.async_copy's ``tilex.async_write`` markers
@@ -76,6 +77,91 @@ def _restore_conditions(body, hoisted):
     return substitute(map_nodes(body, (tirx.Bind, on_bind)), hoisted)  # RemoveNoOp later drops the no-ops
 
 
+_INVARIANT = "tirx.tvm_thread_invariant"
+
+
+def _mark_invariant_conditions(body):
+    """`body` with the condition of each ``if`` that every thread of the block evaluates alike (it reads no thread
+    index and no per-thread or shared value, directly or through a let variable) wrapped in
+    ``tvm_thread_invariant``: TVM's ThreadSync then places barriers inside it (all threads take the branch
+    together), where it refuses to for other conditions -- a pipelined loop under ``if block_index_ok:`` of a
+    sparse-attention kernel."""
+    variant = set()
+
+    def on_attr(node):
+        if node.attr_key == "thread_extent" and node.node.thread_tag.startswith("threadIdx"):
+            variant.add(node.node.var)
+
+    walk(body, (tirx.AttrStmt, on_attr))
+
+    uniform_vars = set()  # T.alloc_var scalars every thread writes with the same values
+
+    def invariant(expr):
+        if any(str(b.scope()) not in ("global", "") and b not in uniform_vars for b in buffers_used(expr)):
+            return False
+        found = []
+        walk(expr, (tvm.ir.Var, lambda v: found.append(v) if v in variant else None))
+        return not found
+
+    def scalar_writes():
+        """{T.alloc_var buffer: [(value, under a condition that is not invariant)]}"""
+        writes = {}
+
+        def visit(stmt, guarded):
+            if isinstance(stmt, tirx.SeqStmt):
+                for x in stmt.seq:
+                    visit(x, guarded)
+            elif isinstance(stmt, tirx.IfThenElse):
+                g = guarded or not invariant(stmt.condition)
+                visit(stmt.then_case, g)
+                if stmt.else_case is not None:
+                    visit(stmt.else_case, g)
+            elif isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
+                visit(stmt.body, guarded)
+            elif isinstance(stmt, tirx.BufferStore):
+                buf = stmt.buffer
+                if str(buf.scope()) == "local" and [int(e) for e in buf.shape] == [1]:
+                    writes.setdefault(buf, []).append((stmt.value, guarded))
+
+        visit(body, False)
+        return writes
+
+    def on_bind(node):
+        if not invariant(node.value):
+            variant.add(node.var)
+
+    def on_for(node):
+        if not (invariant(node.min) and invariant(node.extent)):
+            variant.add(node.loop_var)
+
+    threads = set(variant)
+    if not threads:
+        return body
+    while True:  # to a fixed point: uniform scalars make more loops and lets uniform, and those more scalars
+        variant.clear()
+        variant.update(threads)
+        walk(body, [(tirx.Bind, on_bind), (tirx.For, on_for)], order="pre")
+        found = {buf for buf, ws in scalar_writes().items() if all(not g and invariant(v) for v, g in ws)}
+        if found <= uniform_vars:
+            break
+        uniform_vars.update(found)
+
+    def on_if(node):
+        cond = node.condition
+        if is_op_call(cond, _INVARIANT) or not invariant(cond):
+            return node
+        return tirx.IfThenElse(tirx.call_intrin("bool", _INVARIANT, cond), node.then_case, node.else_case,
+                               span=node.span)
+
+    return map_nodes(body, (tirx.IfThenElse, on_if))
+
+
+def _unmark_invariant_conditions(body):
+    return map_nodes(body, (tirx.IfThenElse, lambda n: tirx.IfThenElse(n.condition.args[0], n.then_case,
+                                                                        n.else_case, span=n.span)
+                            if is_op_call(n.condition, _INVARIANT) else n))
+
+
 def _sync(func, scopes):
     mod = tvm.IRModule({"main": func})
     for scope in scopes:
@@ -119,5 +205,6 @@ def _drop_async_writes(body):
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadSync")
 def ThreadSync(func, mod, ctx):  # noqa: N802
     body, hoisted = _hoist_shared_conditions(func.body)
-    synced = _plan_with_regions(func.with_body(body))
-    return synced.with_body(_drop_async_writes(_restore_conditions(synced.body, hoisted)))
+    synced = _plan_with_regions(func.with_body(_mark_invariant_conditions(body)))
+    body = _unmark_invariant_conditions(synced.body)
+    return synced.with_body(_drop_async_writes(_restore_conditions(body, hoisted)))
