@@ -128,16 +128,16 @@ def test_parse_error_type_and_message():
 
 def test_lowering_error_of_a_parallel_loop_names_its_line():
     @T.prim_func
-    def f(X: T.Tensor((64, 128), "float32"), Z: T.Tensor((64, 128), "float32")):
+    def f(X: T.Tensor((64, 128), "float32"), Z: T.Tensor((32, 128), "float32")):
         with T.Kernel(1, threads=128) as bx:
             x = T.alloc_fragment((64, 128), "float32")
-            y = T.alloc_fragment((64, 128), "float32")
+            y = T.alloc_fragment((32, 128), "float32")
             T.copy(X[0, 0], x)
-            for i, j in T.Parallel(64, 128):  # the transposing loop
-                y[i, j] = x[j % 64, i]
+            for i, j in T.Parallel(64, 128):  # the folding loop: two iterations write one element
+                y[i // 2, j] = x[i, j]
             T.copy(y, Z[0, 0])
 
-    with pytest.raises(TileOpError, match=r"accesses fragment 'x'(.|\n)*--> " + _here("# the transposing loop")):
+    with pytest.raises(TileOpError, match=r"accesses fragment 'y'(.|\n)*--> " + _here("# the folding loop")):
         lower_to_tir(f, SM80)
 
 
