@@ -90,7 +90,7 @@ def test_compile_error_names_the_operator_line_under_a_short_traceback(tmp_path)
             with T.Kernel(1, threads=128) as bx:
                 A_s = T.alloc_shared((64, 32), "float32")
                 B_s = T.alloc_shared((32, 64), "float32")
-                C_l = T.alloc_fragment((64, 64), "float32")
+                C_l = T.alloc_fragment((64, 64), "float16")
                 T.copy(A[0, 0], A_s)
                 T.copy(B[0, 0], B_s)
                 T.gemm(A_s, B_s, C_l)
@@ -151,7 +151,7 @@ def test_macro_error_names_the_macro_line_and_the_call():
         with T.Kernel(1, threads=128) as bx:
             A_s = T.alloc_shared((64, 32), "float32")
             B_s = T.alloc_shared((32, 64), "float32")
-            C_l = T.alloc_fragment((64, 64), "float32")
+            C_l = T.alloc_fragment((64, 64), "float16")
             T.copy(A[0, 0], A_s)
             T.copy(B[0, 0], B_s)
             mm(A_s, B_s, C_l)  # the macro call

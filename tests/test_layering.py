@@ -24,7 +24,7 @@ LAYERS = {  # package -> rank (higher may import lower)
     "utils": 2,  # TileLang's torch and target helpers (tilex.utils.tensor / .target)
     "op": 3,
     "language": 4, "transform": 4,
-    "engine": 5,
+    "engine": 5, "cuda": 5,  # cuda: TileLang's tilelang.cuda names (swizzle layouts over the language)
     "jit": 6, "contrib": 6,
     "autotuner": 7, "profiler": 7, "testing": 7, "carver": 7, "tools": 7,
     "kernels": 8,

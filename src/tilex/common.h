@@ -17,3 +17,4 @@
 #include "tilex/stream_k.h"
 #include "tilex/lowbit.h"
 #include "tilex/dequant.h"
+#include "tilex/rng.h"

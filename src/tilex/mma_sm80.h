@@ -58,6 +58,30 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(void* c_, const void* a_, cons
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// f16 inputs accumulating in f16: c = 2 regs of f16x2 (c0 c1 | c2 c3, the f32 accumulator's element order).
+__device__ __forceinline__ void mma_m16n8k16_f16_acc_f16(void* c_, const void* a_, const void* b_) {
+  uint32_t* c = reinterpret_cast<uint32_t*>(c_);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16 {%0, %1}, {%2, %3, %4, %5}, {%6, %7}, {%0, %1};\n"
+      : "+r"(c[0]), "+r"(c[1])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// tf32 inputs, m16n8k8: A (16x8, row: 4 regs), B (8x8, col: 2 regs), C 4 floats. The float32 registers go in as
+// they are (no cvt.rna.tf32.f32): the tensor cores use the top 19 bits of each, as TileLang's float32 T.gemm does.
+__device__ __forceinline__ void mma_m16n8k8_tf32(void* c_, const void* a_, const void* b_) {
+  float* c = reinterpret_cast<float*>(c_);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 // 8-bit operands, m16n8k32: A (16x32, row: 4 regs of 4 bytes), B (32x8, col: 2 regs), C 4 accumulators.
 // TA / TB pick each operand's type: 0 = s8 / e4m3, 1 = u8 / e5m2. Integers accumulate in s32 (sm_80+), float8
 // in f32 (sm_89+; on an older arch a used float8 wrapper is a compile error).
@@ -101,6 +125,30 @@ __device__ __forceinline__ void mma_m16n8k32_f8(void* c_, const void* a_, const 
     TILEX_MMA_K32("f32", "f", "e5m2", "e5m2");
   }
 #endif
+}
+
+// 4-bit integer operands, m16n8k64: A (16x64, row: 4 regs of 8 values), B (64x8, col: 2 regs), C 4 int32.
+// TA / TB: 0 = s4, 1 = u4.
+template <int TA, int TB>
+__device__ __forceinline__ void mma_m16n8k64_i4(void* c_, const void* a_, const void* b_) {
+  int32_t* c = reinterpret_cast<int32_t*>(c_);
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
+#define TILEX_MMA_K64(TYA, TYB)                                                                                 \
+  asm volatile("mma.sync.aligned.m16n8k64.row.col.s32." TYA "." TYB ".s32"                                    \
+               " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"                          \
+               : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])                                              \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+  if constexpr (TA == 0 && TB == 0) {
+    TILEX_MMA_K64("s4", "s4");
+  } else if constexpr (TA == 0 && TB == 1) {
+    TILEX_MMA_K64("s4", "u4");
+  } else if constexpr (TA == 1 && TB == 0) {
+    TILEX_MMA_K64("u4", "s4");
+  } else {
+    TILEX_MMA_K64("u4", "u4");
+  }
+#undef TILEX_MMA_K64
 }
 
 #undef TILEX_MMA_K32

@@ -1,8 +1,11 @@
 """T.view: the same bytes as another buffer with a new shape and dtype (CPU: parsing, errors, generated CUDA)."""
+import numpy as np
 import pytest
 
 import tilex
 import tilex.language as T
+from tilex.layout import Layout, LayoutError, make_swizzled_layout
+from tilex.op.view import reinterpret_layout
 
 
 def _bytes_as_words(n=1024):
@@ -68,14 +71,141 @@ def test_last_dimension_must_divide():
                 T.copy(T.view(A, dtype="uint32"), B)
 
 
-def test_shared_tiles_are_refused():
-    with pytest.raises(NotImplementedError, match="only global tensors"):
-        @T.prim_func
-        def bad(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 32), "uint32")):
-            with T.Kernel(1, threads=128) as bx:
-                s = T.alloc_shared((64, 64), "float16")
-                T.copy(A, s)
-                T.copy(T.view(s, dtype="uint32"), B)
+# ---- shared tiles ---------------------------------------------------------------------------------------------------
+def _bytes_of(layout, shape, bits):
+    """The shared memory of a tile of `shape` x `bits`-bit elements laid out by `layout` (None: row-major) whose
+    element with row-major number f holds f: one byte array, and the tile's logical (row-major) bytes."""
+    n = int(np.prod(shape))
+    width = bits // 8
+    logical = np.arange(n, dtype=np.int64)
+    logical_bytes = ((logical[:, None] >> (8 * np.arange(width))) & 0xFF).astype(np.uint8)  # little endian
+    if layout is None:
+        return logical_bytes.reshape(-1), logical_bytes.reshape(-1)
+    offs = [np.asarray(o) for o in layout.map_numpy(*[g.reshape(-1) for g in np.indices(shape)])]
+    phys = np.zeros(n, dtype=np.int64)
+    for o, e in zip(offs, layout.output_shape):
+        phys = phys * int(e) + o
+    mem = np.zeros(int(np.prod(layout.output_shape)) * width, dtype=np.uint8)
+    for k in range(width):
+        mem[phys * width + k] = logical_bytes[:, k]
+    return mem, logical_bytes.reshape(-1)
+
+
+@pytest.mark.parametrize("to_shape, to_bits", [((32, 32), 32), ((16, 64), 32), ((32, 128), 8), ((64, 32), 16),
+                                               ((8, 64), 64)])
+def test_shared_view_layout_reads_the_same_bytes(to_shape, to_bits):
+    """Each view element's bytes, where the derived layout puts it, are the bytes at its row-major position."""
+    base_shape, base_bits = (32, 64), 16
+    base = make_swizzled_layout(32, 64, 16)
+    view = reinterpret_layout(base, base_shape, base_bits, to_shape, to_bits)
+    mem, logical = _bytes_of(base, base_shape, base_bits)
+    offs = np.asarray(view.map_numpy(*[g.reshape(-1) for g in np.indices(to_shape)])[0])
+    width = to_bits // 8
+    got = mem[(offs[:, None] * width + np.arange(width)).reshape(-1)]
+    assert np.array_equal(got, logical)
+
+
+def test_row_major_tile_has_row_major_views():
+    assert reinterpret_layout(None, (32, 64), 16, (32, 32), 32) is None
+
+
+def test_merged_elements_must_lie_side_by_side():
+    transposed = Layout((8, 8), lambda i, j: [j, i])
+    with pytest.raises(LayoutError, match="together"):
+        reinterpret_layout(transposed, (8, 8), 16, (8, 4), 32)
+    reinterpret_layout(transposed, (8, 8), 16, (8, 16), 8)  # split elements always have a place
+
+
+def _gemm_operand_as_words(M=32, N=64):
+    """A (M, N) bfloat16 loaded into a gemm's (swizzled) operand tile, read back as float32 words through a
+    T.view; C = the gemm's result."""
+    @T.prim_func
+    def main(A: T.Tensor((M, N), "bfloat16"), B: T.Tensor((N, N), "bfloat16"), W: T.Tensor((M, N // 2), "float32"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            a_s = T.alloc_shared((M, N), "bfloat16")
+            b_s = T.alloc_shared((N, N), "bfloat16")
+            acc = T.alloc_fragment((M, N), "float32")
+            words = T.view(a_s, dtype="float32")
+            T.copy(A, a_s)
+            T.copy(B, b_s)
+            T.gemm(a_s, b_s, acc, clear_accum=True)
+            for i, j in T.Parallel(M, N // 2):
+                W[i, j] = words[i, j]
+            T.copy(acc, C)
+
+    return main
+
+
+def _words_through_a_view(M=32, N=64):
+    """O (M, N) bfloat16 = the bytes of X (M // 2, N) float32 written into a swizzled gemm operand through a
+    reshaping T.view of it (C = that operand @ B, so the tile is swizzled)."""
+    @T.prim_func
+    def main(X: T.Tensor((M // 2, N), "float32"), B: T.Tensor((N, N), "bfloat16"), O: T.Tensor((M, N), "bfloat16"),
+             C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            a_s = T.alloc_shared((M, N), "bfloat16")
+            b_s = T.alloc_shared((N, N), "bfloat16")
+            acc = T.alloc_fragment((M, N), "float32")
+            words = T.view(a_s, (M // 2, N), "float32")
+            for i, j in T.Parallel(M // 2, N):
+                words[i, j] = X[i, j]
+            T.copy(B, b_s)
+            T.gemm(a_s, b_s, acc, clear_accum=True)
+            T.copy(a_s, O)
+            T.copy(acc, C)
+
+    return main
+
+
+def test_shared_view_of_a_swizzled_operand_compiles():
+    for prog in (_gemm_operand_as_words(), _words_through_a_view()):
+        src = tilex.compile(prog, target="sm_90a").get_kernel_source()
+        assert "((float*)" in src  # the view addresses the tile's own shared memory as float32
+
+
+def test_shared_reshape():
+    @T.prim_func
+    def main(A: T.Tensor((64, 64), "float16"), B: T.Tensor((16, 256), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((64, 64), "float16")
+            T.copy(A, s)
+            T.copy(T.reshape(s, (16, 256)), B)
+
+    tilex.compile(main, target="sm_90a")
+
+
+def test_pipelined_tile_with_a_view_runs_serially():
+    """A view reads its tile's single-buffered form: the loop is not multi-buffered (it stays correct)."""
+    @T.prim_func
+    def main(A: T.Tensor((128, 64), "float16"), O: T.Tensor((32, 32), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            s = T.alloc_shared((32, 64), "float16")
+            w = T.view(s, dtype="float32")
+            acc = T.alloc_fragment((32, 32), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(A[k * 32, 0], s)
+                for i, j in T.Parallel(32, 32):
+                    acc[i, j] += w[i, j]
+            T.copy(acc, O)
+
+    src = tilex.compile(main, target="sm_90a").get_kernel_source()
+    assert "cp_async" not in src
+
+
+@pytest.mark.gpu
+def test_shared_views_gpu():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(32, 64, device="cuda").to(torch.bfloat16)
+    b = torch.randn(64, 64, device="cuda").to(torch.bfloat16)
+    w, c = tilex.compile(_gemm_operand_as_words(), out_idx=[2, 3])(a, b)
+    assert torch.equal(w, a.view(torch.float32))
+    torch.testing.assert_close(c, a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+    x = torch.randn(16, 64, device="cuda")
+    o, c = tilex.compile(_words_through_a_view(), out_idx=[2, 3])(x, b)
+    assert torch.equal(o.view(torch.float32), x)
+    torch.testing.assert_close(c, o.float() @ b.float(), atol=1e-2, rtol=1e-2)
 
 
 def _fragment_sign_flip():

@@ -85,11 +85,11 @@ def test_conflicting_shared_layouts_are_reported():
 
 def test_unsupported_gemm_dtype_is_reported():
     @T.prim_func
-    def f(A: T.Tensor((64, 32), "float32"), B: T.Tensor((32, 64), "float32")):
+    def f(A: T.Tensor((64, 32), "bfloat16"), B: T.Tensor((32, 64), "bfloat16")):
         with T.Kernel(1, threads=128) as bx:
-            A_s = T.alloc_shared((64, 32), "float32")
-            B_s = T.alloc_shared((32, 64), "float32")
-            C_l = T.alloc_fragment((64, 64), "float32")
+            A_s = T.alloc_shared((64, 32), "bfloat16")
+            B_s = T.alloc_shared((32, 64), "bfloat16")
+            C_l = T.alloc_fragment((64, 64), "float16")  # bf16 accumulates in float32 only
             T.copy(A[0, 0], A_s)
             T.copy(B[0, 0], B_s)
             T.gemm(A_s, B_s, C_l)

@@ -11,7 +11,8 @@ On import this module registers (once, overriding TVM's defaults):
 * ``tvm_callback_cuda_postproc(code, target)`` -- runs at codegen time; prepends
   ``#include "tilex/common.h"`` when that header exists and the code does not include it yet, applies the
   launch markers of warp-specialized kernels to ``__launch_bounds__`` / ``__cluster_dims__`` and aligns dynamic
-  shared memory to 1024 bytes. Each edit of TVM's text raises TilexCompileError when the text it edits is not
+  shared memory to 1024 bytes, and writes the CUDA text of the program's ``T.import_source`` calls before the
+  first kernel. Each edit of TVM's text raises TilexCompileError when the text it edits is not
   there in the form TVM 0.27 writes it (rather than silently leaving the kernel without it). Then the user's
   post-processor, if one is registered (:mod:`tilex.engine.callback`), edits the result.
 
@@ -364,8 +365,31 @@ def align_dynamic_shared(code: str) -> str:
     return code.replace(_DYNAMIC_SHARED_AS_TVM_WRITES, _DYNAMIC_SHARED_ALIGNED)
 
 
+_FIRST_KERNEL = re.compile(r'^extern "C" __global__ ', re.M)
+
+
+def insert_imported_sources(code: str) -> str:
+    """The CUDA texts of the program's ``T.import_source`` / ``T.Kernel(prelude=)`` (their :func:`intrin.import_source`
+    markers, taken out of the kernel bodies) written once each, in program order, just before the first kernel:
+    after the includes and the type helpers TVM writes, so the device functions they define can use those and
+    the kernels can call them."""
+    try:
+        code, sources = intrin.read_imported_sources(code)
+    except ValueError as e:
+        raise TilexCompileError(f"tilex: T.import_source: {e} in TVM's CUDA code") from None
+    if not sources:
+        return code
+    first = _FIRST_KERNEL.search(code)
+    if first is None:
+        raise TilexCompileError("tilex: T.import_source: TVM's CUDA code has no `extern \"C\" __global__` kernel "
+                                "to write the imported source before")
+    imported = "".join(f"// T.import_source\n{src}{'' if src.endswith(chr(10)) else chr(10)}" for src in sources)
+    return code[:first.start()] + imported + code[first.start():]
+
+
 def _cuda_postproc_hook(code, target=None, *_unused):
     code = align_dynamic_shared(apply_launch_annotations(cap_registers_for_setmaxnreg(add_common_include(str(code)))))
+    code = insert_imported_sources(code)
     return callback.apply_cuda_postproc(code, target)  # the user's edits (register_cuda_postproc), last
 
 

@@ -1,6 +1,8 @@
 """The whole lowering pipeline from a tile program to a TVM executable, defined in one place.
 
     T.prim_func (tile ops, T.Parallel, T.Pipelined)
+      -> HoistGlobalBuffers        T.alloc_global workspaces out of the kernels: the host allocates them per call
+      (several T.Kernel blocks in one program: the passes below run once per kernel, transform/several_kernels.py)
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
       -> InitBarriers              T.alloc_barrier's mbarriers initialized once when the block starts
       -> MarkThreadRegions         branches on the thread index with tile operators -> thread regions (as T.ws);
@@ -21,10 +23,12 @@
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
       -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
       -> ThreadBlockSwizzle        T.use_swizzle rasterization
-      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, KeepTilesApart (tilex), UnfoldRoles + ThreadSync
-              + NamedBarriers + BulkStoreWaits (tilex), MergeSharedMemoryAllocations, DropKeepAlive (tilex),
+      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, SubWordFills (tilex; one-value vectors of 8/16-bit
+              elements as 32-bit words), KeepTilesApart (tilex; tiles that only fit by taking
+              turns share bytes: shared_reuse.py), UnfoldRoles + ThreadSync + NamedBarriers + BulkStoreWaits
+              (tilex), PlaceSharedTiles (tilex), MergeSharedMemoryAllocations, DropKeepAlive (tilex),
               CheckSharedMemory (tilex),
-              SplitHostDevice, MakePackedAPI,
+              SplitHostDevice, LowerThreadAllreduce (T.tvm_thread_allreduce), MakePackedAPI,
               BF16/FP8 legalization; LowerIntrin with tilex's float32 exp2 / exp rules (transform/fast_math.py:
               ex2.approx unless tilex.disable_fast_math)
       -> TVM CUDA codegen -> nvcc (tilex.engine.nvcc, headers from src/)
@@ -38,12 +42,15 @@ from tvm.tirx import compilation_pipeline as cp
 from tilex import config
 from tilex.engine import nvcc  # registers TVM's CUDA compile / post-processing callbacks on import
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
-from tilex.ir.shared_memory import block_footprint, shared_usage
+from tilex.ir.shared_memory import SHARED_ERROR, block_footprint, buffer_bytes, declared_tiles, shared_usage, \
+    shortfall_message, shortfall_report
 from tilex.ir.source import backtrace_requested, is_located
+from tilex.ir.visit import walk
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
 from tilex.transform import fast_math  # noqa: F401  (registers the float32 exp2 / exp lowering rules)
 from tilex.transform.guard_global_access import guard_global_access
+from tilex.transform.hoist_global_buffers import hoist_global_buffers
 from tilex.transform.scalar_bool_vectors import scalar_bool_vectors
 from tilex.transform.hopper.bulk_store_waits import BulkStoreWaits
 from tilex.transform.hopper.persistent import persistent_tiles
@@ -58,10 +65,13 @@ from tilex.transform.narrow_skinny_gemm import narrow_skinny_gemm
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.rasterization import choose_rasterization
 from tilex.transform.register_operand import register_operand
+from tilex.transform.several_kernels import per_kernel, run_per_kernel
 from tilex.transform.stage_epilogue import stage_epilogue
 from tilex.transform.stage_through_shared import stage_through_shared
+from tilex.transform.sub_word_fills import SubWordFills
 from tilex.transform.swap_skinny_gemm import swap_skinny_gemm
 from tilex.transform.swizzle_shared_tiles import lower_with_swizzles
+from tilex.transform.shared_reuse import PlaceSharedTiles
 from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 from tilex.transform.thread_regions import mark_thread_regions
@@ -78,7 +88,8 @@ def run_tile_passes(func: tirx.PrimFunc, target: tvm.target.Target) -> tirx.Prim
     LowerTileOps located in the program: its message ends with the file, line and source line of the operator) is
     given back with a short traceback: the frames of the passes are dropped, ``TILEX_BACKTRACE=1`` keeps them."""
     try:
-        return _tile_passes(func, target)
+        func = hoist_global_buffers(func)
+        return run_per_kernel(func, lambda kernel: _tile_passes(kernel, target))
     except Exception as e:  # noqa: BLE001 - only user errors are shortened; the rest is re-raised untouched
         if not is_user_error(e) or backtrace_requested():
             raise
@@ -122,21 +133,25 @@ def tvm_passes(pass_config):
         tirx.transform.NarrowDataType(32),
         tirx.transform.VectorizeLoop(not bool(pass_config.get("tirx.disable_vectorize", False))),
         tirx.transform.StmtSimplify(),
+        SubWordFills,  # one-value vectors of 8/16-bit elements as 32-bit words (TVM cannot print them wider)
         tirx.transform.RemoveNoOp(),
         tirx.transform.FP8ComputeLegalize(),
         tirx.transform.VerifyMemory(),
         tirx.transform.AnnotateEntryFunc(),
         # barriers before the merge, tile by tile: the merge is kept from overlapping any two tiles
-        KeepTilesApart,
-        UnfoldRoles,  # warp-specialized kernels: let ThreadSync see the consumer's statements unconditionally
-        ThreadSync,  # TVM's ThreadSync, each shared tile planned on its own
-        NamedBarriers,  # warp-specialized kernels: consumer-only barriers
-        BulkStoreWaits,  # TMA stores: the issuing thread waits for the shared-memory reads before barriers
-        s_tir.transform.MergeSharedMemoryAllocations(),
+        # (per_kernel: a program of several T.Kernel blocks gets each kernel planned on its own)
+        per_kernel(KeepTilesApart),
+        per_kernel(UnfoldRoles),  # warp-specialized kernels: ThreadSync sees the consumer's statements unconditionally
+        per_kernel(ThreadSync),  # TVM's ThreadSync, each shared tile planned on its own
+        per_kernel(NamedBarriers),  # warp-specialized kernels: consumer-only barriers
+        per_kernel(BulkStoreWaits),  # TMA stores: the issuing thread waits for the shared-memory reads before barriers
+        per_kernel(PlaceSharedTiles),  # tiles that take turns (KeepTilesApart planned them): one arena, their offsets
+        per_kernel(s_tir.transform.MergeSharedMemoryAllocations()),
         DropKeepAlive,
         tirx.transform.RemoveNoOp(),
-        CheckSharedMemory,
+        per_kernel(CheckSharedMemory),
         tirx.transform.SplitHostDevice(),
+        s_tir.transform.LowerThreadAllreduce(),  # TVMScript's T.tvm_thread_allreduce (a SIMT block reduction)
         tirx.transform.MakePackedAPI(),
         tirx.transform.FP8StorageLegalize(),
         tirx.transform.BF16StorageLegalize(),
@@ -144,12 +159,10 @@ def tvm_passes(pass_config):
     return passes
 
 
-SHARED_ERROR = "tilex: shared memory"
-
-
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.CheckSharedMemory")
 def CheckSharedMemory(func, mod, ctx):  # noqa: N802
-    """After merging: the block's shared memory (static + dynamic, 1 KB alignment pad included) must fit."""
+    """After merging: the block's shared memory (static + dynamic, 1 KB alignment pad included) must fit.
+    (KeepTilesApart reports a kernel of several tiles earlier, tile by tile.)"""
     target = tvm.target.Target.current(allow_none=True)
     if target is None or target.kind.name != "cuda":
         return func
@@ -158,9 +171,10 @@ def CheckSharedMemory(func, mod, ctx):  # noqa: N802
     usage, _ = shared_usage(func.body)
     total = block_footprint(usage["static"], usage["dynamic"])
     if total > limit:
-        raise ValueError(f"{SHARED_ERROR} of one block is {total} bytes ({total / 1024:.1f} KB), more than the "
-                         f"{limit} bytes an sm_{arch} multiprocessor offers; use fewer pipeline stages or smaller "
-                         f"tiles")
+        tiles = []
+        walk(func.body, (tirx.AllocBuffer, lambda n: tiles.append((n.buffer.name, buffer_bytes(n.buffer) or 0))
+                         if str(n.buffer.scope()).startswith("shared") else None))
+        raise ValueError(shortfall_message(total, limit, arch, tiles))
     return func
 
 
@@ -187,7 +201,7 @@ def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | N
     """Compile a tile program for `target` to a tvm runtime Executable."""
     name = str(func.attrs["global_symbol"]) if func.attrs is not None and "global_symbol" in func.attrs else "main"
     ours, theirs = config.split(pass_configs)
-    with config.scope(ours), tvm.transform.PassContext(opt_level=3, config=theirs), target:
+    with config.scope(ours), tvm.transform.PassContext(opt_level=3, config=theirs), target, declared_tiles(func):
         mod = tvm.IRModule({name: run_tile_passes(func, target)})
         try:
             return tvm.compile(mod, target=target, tir_pipeline=PIPELINE_NAME)
@@ -197,5 +211,5 @@ def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | N
                 raise nvcc_error from None
             msg = str(e)
             if SHARED_ERROR in msg:
-                raise ValueError(msg[msg.index(SHARED_ERROR):].splitlines()[0]) from None
+                raise ValueError(shortfall_report(msg)) from None
             raise

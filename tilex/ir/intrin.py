@@ -11,6 +11,8 @@ warp-specialized kernel, the cluster shape) travel as marker calls: :func:`min_b
 """
 from __future__ import annotations
 
+import re
+
 import tvm
 from tvm import tirx
 from tvm.tirx import op as tirx_op
@@ -25,8 +27,10 @@ CP_ASYNC_COMMIT = "tilex::cp_async_commit"
 CP_ASYNC_WAIT = "tilex::cp_async_wait"
 # ---- mma_sm80.h: ldmatrix + mma.sync ----------------------------------------------------------------------------
 LDMATRIX = "tilex::ldmatrix"
+MMA_M16N8K8 = "tilex::mma_m16n8k8"
 MMA_M16N8K16 = "tilex::mma_m16n8k16"
 MMA_M16N8K32 = "tilex::mma_m16n8k32"
+MMA_M16N8K64 = "tilex::mma_m16n8k64"
 # ---- wgmma_sm90.h -------------------------------------------------------------------------------------------------
 FENCE_PROXY_ASYNC = "tilex::fence_proxy_async"
 WGMMA_FENCE = "tilex::wgmma_fence"
@@ -58,6 +62,7 @@ PDL_WAIT = "tilex::pdl_wait"
 PDL_LAUNCH_DEPENDENTS = "tilex::pdl_launch_dependents"
 MIN_BLOCKS_HINT = "tilex::min_blocks_hint"  # launch marker (T.annotate_min_blocks_per_sm)
 MAY_ALIAS = "tilex::may_alias"  # signature marker (T.annotate_restrict_buffers)
+IMPORT_SOURCE = "tilex::import_source"  # source marker (T.import_source, T.Kernel(prelude=))
 # ---- CUDA warp-vote builtins --------------------------------------------------------------------------------------
 BALLOT_SYNC = "__ballot_sync"
 ACTIVEMASK = "__activemask"
@@ -186,15 +191,27 @@ def ldmatrix(count, trans, dst_ptr, src_ptr):
     return _stmt(f"{LDMATRIX}_x{count}{'_trans' if trans else ''}", dst_ptr, src_ptr)
 
 
-def mma_m16n8k16(in_ty, c_ptr, a_ptr, b_ptr):
-    """``mma.sync.m16n8k16`` on `in_ty` inputs (``f16`` / ``bf16``) accumulating into fp32 `c_ptr`."""
-    return _stmt(f"{MMA_M16N8K16}_{in_ty}", c_ptr, a_ptr, b_ptr)
+def mma_m16n8k8_tf32(c_ptr, a_ptr, b_ptr):
+    """``mma.sync.m16n8k8`` on tf32 inputs (float32 registers as they are) accumulating into fp32 `c_ptr`."""
+    return _stmt(f"{MMA_M16N8K8}_tf32", c_ptr, a_ptr, b_ptr)
+
+
+def mma_m16n8k16(in_ty, c_ptr, a_ptr, b_ptr, half_acc=False):
+    """``mma.sync.m16n8k16`` on `in_ty` inputs (``f16`` / ``bf16``) accumulating into fp32 `c_ptr`; with
+    `half_acc` (``f16`` inputs only) into float16 `c_ptr` (two values per 32-bit register)."""
+    return _stmt(f"{MMA_M16N8K16}_{in_ty}{'_acc_f16' if half_acc else ''}", c_ptr, a_ptr, b_ptr)
 
 
 def mma_m16n8k32(family, ta, tb, c_ptr, a_ptr, b_ptr):
     """``mma.sync.m16n8k32`` on 8-bit inputs: `family` ``i8`` (s8/u8 -> s32) or ``f8`` (e4m3/e5m2 -> f32); `ta`,
     `tb` pick each operand's type (0: s8 / e4m3, 1: u8 / e5m2)."""
     return _stmt(f"{MMA_M16N8K32}_{family}<{int(ta)}, {int(tb)}>", c_ptr, a_ptr, b_ptr)
+
+
+def mma_m16n8k64_i4(ta, tb, c_ptr, a_ptr, b_ptr):
+    """``mma.sync.m16n8k64`` on 4-bit integer inputs accumulating into int32 `c_ptr`; `ta`, `tb` pick each
+    operand's type (0: s4, 1: u4)."""
+    return _stmt(f"{MMA_M16N8K64}_i4<{int(ta)}, {int(tb)}>", c_ptr, a_ptr, b_ptr)
 
 
 # ---- wgmma_sm90.h -------------------------------------------------------------------------------------------------
@@ -221,14 +238,18 @@ def wgmma_desc(ptr, lbo, sbo, swizzle_bytes):
     return tirx.call_extern("uint64", WGMMA_DESC, ptr, lbo, sbo, swizzle_bytes)
 
 
-def wgmma_ss(n, ty, a_mn_major, b_mn_major, acc_ptr, a_desc, b_desc, scale_d):
-    """``wgmma.mma_async.m64n{n}k16`` with both operands in shared memory (descriptors)."""
-    return _stmt(f"{WGMMA_M64}n{n}k16_{ty}<{int(a_mn_major)}, {int(b_mn_major)}>", acc_ptr, a_desc, b_desc, scale_d)
+def wgmma_ss(n, ty, a_mn_major, b_mn_major, acc_ptr, a_desc, b_desc, scale_d, half_acc=False):
+    """``wgmma.mma_async.m64n{n}k16`` with both operands in shared memory (descriptors); `half_acc`: a float16
+    accumulator (``f16`` inputs)."""
+    acc = "_acc_f16" if half_acc else ""
+    return _stmt(f"{WGMMA_M64}n{n}k16_{ty}{acc}<{int(a_mn_major)}, {int(b_mn_major)}>", acc_ptr, a_desc, b_desc,
+                 scale_d)
 
 
-def wgmma_rs(n, ty, b_mn_major, acc_ptr, a_ptr, b_desc, scale_d):
-    """``wgmma.mma_async.m64n{n}k16`` with A in registers."""
-    return _stmt(f"{WGMMA_M64}n{n}k16_rs_{ty}<{int(b_mn_major)}>", acc_ptr, a_ptr, b_desc, scale_d)
+def wgmma_rs(n, ty, b_mn_major, acc_ptr, a_ptr, b_desc, scale_d, half_acc=False):
+    """``wgmma.mma_async.m64n{n}k16`` with A in registers; `half_acc`: a float16 accumulator (``f16`` inputs)."""
+    acc = "_acc_f16" if half_acc else ""
+    return _stmt(f"{WGMMA_M64}n{n}k16_rs_{ty}{acc}<{int(b_mn_major)}>", acc_ptr, a_ptr, b_desc, scale_d)
 
 
 def wgmma_ss_8bit(n, family, ta, tb, acc_ptr, a_desc, b_desc, scale_d):
@@ -349,6 +370,26 @@ def read_may_alias(code: str) -> list[str]:
         end = code.index(")", at)
         names += [a.strip() for a in code[at + len(MAY_ALIAS) + 1:end].split(",") if a.strip()]
         at = end
+
+
+def import_source(source: str):
+    """Source marker: CUDA text (device functions a ``call_extern`` calls) the CUDA post-processor writes before
+    the kernels of the module. TVM writes a string argument unescaped, so the text travels as the hex digits of
+    its UTF-8 bytes; :func:`read_imported_sources` takes the markers out again."""
+    return _stmt(IMPORT_SOURCE, source.encode().hex())
+
+
+_IMPORT_SOURCE_LINE = re.compile(r'^[ \t]*' + re.escape(IMPORT_SOURCE) + r'\("([0-9a-f]*)"\);[ \t]*\n', re.M)
+
+
+def read_imported_sources(code: str) -> tuple[str, list[str]]:
+    """`code` without its :func:`import_source` marker statements, and the texts they carry (each once, in order
+    of first appearance). ValueError when a marker is not a statement of the form the builder writes."""
+    sources = list(dict.fromkeys(bytes.fromhex(h).decode() for h in _IMPORT_SOURCE_LINE.findall(code)))
+    code = _IMPORT_SOURCE_LINE.sub("", code)
+    if IMPORT_SOURCE in code:
+        raise ValueError(f"a {IMPORT_SOURCE} marker is not a statement `{IMPORT_SOURCE}(\"<hex>\");` of its own line")
+    return code, sources
 
 
 # ---- CUDA warp-vote builtins --------------------------------------------------------------------------------------
@@ -742,3 +783,29 @@ def cp_async_mbar_arrive_noinc(bar_ptr):
     """Arrive on the mbarrier once this thread's earlier cp.async copies have landed (``.noinc``: the arrival is one
     of those its count expects)."""
     return _stmt(CP_ASYNC_MBAR_ARRIVE_NOINC, bar_ptr)
+
+
+# ---- rng.h: per-thread Philox random numbers (tilex.language.random) ---------------------------------------------
+RNG_INIT = "tilex::rng_init"
+RNG_RAND = "tilex::rng_rand"
+#: the float generators by (distribution, bits)
+RNG_FLOATS = {("uniform", 32): "tilex::rng_uniform", ("normal", 32): "tilex::rng_normal",
+              ("uniform", 64): "tilex::rng_uniform_double", ("normal", 64): "tilex::rng_normal_double"}
+#: uint32 words of one generator state (RNG_STATE_WORDS of rng.h)
+RNG_STATE_WORDS = 16
+
+
+def rng_init(state, seed, subsequence, offset):
+    """Start the generator whose state is the uint32 words at `state` (a pointer) at output `offset` of
+    subsequence `subsequence` of `seed` (curand_init's arguments, each taken as a 64-bit unsigned integer)."""
+    return _stmt(RNG_INIT, state, seed, subsequence, offset)
+
+
+def rng_rand(state):
+    """The generator's next 32 random bits (a uint32 expression that advances the state at `state`)."""
+    return tirx.call_extern("uint32", RNG_RAND, state)
+
+
+def rng_float(state, dist: str, bits: int):
+    """The generator's next ``float{bits}`` of distribution `dist` ("uniform" in (0, 1], "normal")."""
+    return tirx.call_extern(f"float{bits}", RNG_FLOATS[(dist, bits)], state)

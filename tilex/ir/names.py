@@ -12,6 +12,9 @@ from tvm.tirx.expr import CallEffectKind
 # ---- frontend markers (tilex.language writes them at parse time) -------------------------------------------------
 #: op ``tilex.parallel_marker(n)`` before an n-deep grid: language.loop.Parallel writes, language.canonicalize reads.
 PARALLEL_MARKER = "tilex.parallel_marker"
+#: op ``tilex.persistent_marker(n, wave_size, index, group_size)`` before an n-deep grid over a tile domain
+#: (T.Persistent): language.loop writes, language.canonicalize reads and turns the grid into the persistent loop.
+PERSISTENT_MARKER = "tilex.persistent_marker"
 #: loop annotation, the stage count of a T.Pipelined loop: language.loop writes, transform.pipeline reads.
 NUM_STAGES = "tilex.num_stages"
 #: loop annotations of an explicit schedule (lists): language.loop writes, transform.pipeline reads.
@@ -115,6 +118,10 @@ MANUAL_SYNC_ATTR = "tilex.manual_synchronization"
 #: TVM's MergeSharedMemoryAllocations overlaps none of them: transform.shared_tiles writes (KeepTilesApart) and
 #: removes it after the merge (DropKeepAlive).
 KEEP_ALIVE_OP = "tilex.keep_alive"
+#: function attribute {shared.dyn tile: byte offset}, set only on a kernel whose tiles fit one block by sharing bytes
+#: between tiles whose lifetimes do not overlap: transform.shared_tiles writes it (KeepTilesApart, from
+#: transform.shared_reuse.plan_reuse), transform.shared_reuse reads and removes it (PlaceSharedTiles).
+SHARED_PLACEMENT_ATTR = "tilex.shared_placement"
 
 _REGISTERED_INTRINSICS: set[str] = set()
 
@@ -133,6 +140,6 @@ def register_intrinsic(name, printer_name=None):
     _REGISTERED_INTRINSICS.add(name)
 
 
-for _marker in (PARALLEL_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP, KEEP_ALIVE_OP, BARRIER_INIT_OP, ACCESS_PTR_OP,
-                ASYNC_WRITE_OP):
+for _marker in (PARALLEL_MARKER, PERSISTENT_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP, KEEP_ALIVE_OP,
+                BARRIER_INIT_OP, ACCESS_PTR_OP, ASYNC_WRITE_OP):
     register_intrinsic(_marker)

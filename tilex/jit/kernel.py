@@ -327,7 +327,7 @@ class JITKernel:
 
 
 def compile(func, out_idx=None, target="auto", pass_configs=None, cache=None,  # noqa: A001
-            compile_flags=None) -> JITKernel:
+            compile_flags=None, *, execution_backend=None, target_host=None, verbose=None) -> JITKernel:
     """Compile a tilex/TIR ``PrimFunc`` into a :class:`JITKernel`.
 
     Args:
@@ -343,7 +343,15 @@ def compile(func, out_idx=None, target="auto", pass_configs=None, cache=None,  #
             ``pass_configs``; they join ``tilex.device_compile_flags`` in ``kernel.pass_configs`` (so the cache key).
             Flags that change the output file, its kind or the target arch (``-o``, ``-arch``, ``-gencode``, ...)
             are a ValueError.
+        execution_backend, target_host, verbose: TileLang's, accepted with the values that ask for what tilex does
+            (``None``; ``"auto"`` / ``"tvm_ffi"``: tilex's one backend, the TVM module called through tvm-ffi;
+            ``verbose=False``); others raise NotImplementedError.
     """
+    for name, value, allowed in (("execution_backend", execution_backend, (None, "auto", "tvm_ffi")),
+                                 ("target_host", target_host, (None,)), ("verbose", verbose, (None, False))):
+        if not any(value is a or (isinstance(a, str) and value == a) for a in allowed):
+            raise NotImplementedError(f"tilex.compile({name}={value!r}) is not supported by tilex (accepted: "
+                                      f"{', '.join(repr(a) for a in allowed)})")
     pass_configs = config.with_compile_flags(pass_configs, compile_flags)
     return JITKernel(func, out_idx=out_idx, target=target, pass_configs=pass_configs, cache=cache)
 

@@ -22,13 +22,16 @@ from tilex.language.expert import (access_ptr, alloc_barrier, alloc_global, allo
                                    wait_wgmma, wgmma_gemm, ws)
 from tilex.language.expert import cp_async_barrier_noinc, ptx_cp_async
 from tilex.language.symbolic import dynamic, symbolic
+from tilex.language.random import rng_init, rng_rand, rng_rand_float
 from tilex.language.eager import const, empty
-from tilex.language.loop import Parallel, Pipelined, Serial, Unroll, Vectorized, serial, unroll
+from tilex.language.loop import (Parallel, Persistent, Pipelined, Serial, Unroll, Vectorized, serial, unroll,
+                                 vectorized)
 from tilex.language.parser import prim_func
 from tilex.language.tileop import (GemmWarpPolicy, clear, copy, dequantize, fill, gemm, reduce, reduce_abssum,
                                    reduce_absmax, reduce_max, reduce_min, reduce_sum)
 from tilex.language.tileop import cummax, cumsum, reduce_bitand, reduce_bitor, reduce_bitxor
 from tilex.language.tileop import c2d_im2col, im2col
+from tilex.language.tileop import gemm_sp
 from tilex.language.warp import (activemask, all_sync, any_sync, ballot, ballot_sync, get_lane_idx, get_warp_group_idx,
                                  get_warp_idx, get_warp_idx_sync, shfl_down, shfl_sync, shfl_up, shfl_xor, sync_warp,
                                  warp_reduce_bitand, warp_reduce_bitor, warp_reduce_max, warp_reduce_min,
@@ -48,16 +51,21 @@ del _t
 
 from tilex.language.dtypes import canonical_dtype
 from tilex.language.dtypes import TF32_NAMES, tf32_refusal
-from tilex.language.proxy import FragmentBuffer, LocalBuffer, SharedBuffer, StridedTensor, Tensor
+from tilex.language.proxy import (FragmentBuffer, LocalBuffer, SharedBuffer, StridedTensor, Tensor, make_tensor,
+                                  make_tensor_from_addr, ptr)
 
 
 def __getattr__(name):
     """T.int and T.float (int32, float32): dtypes kept out of this module's globals, where they would shadow the
-    builtins; T.tfloat32 (and its vector types) raise NotImplementedError naming it."""
+    builtins; T.tfloat32 (and its vector types) and TileLang's tile-scheduler classes (T.PersistentTileScheduler,
+    T.BaseTileScheduler) raise NotImplementedError naming them."""
     if name in ("int", "float"):
         return _DTYPES[name]
     if name in TF32_NAMES:  # TileLang's TensorFloat32 types: refused by name
         raise tf32_refusal(name)
+    if name in ("PersistentTileScheduler", "BaseTileScheduler"):  # TileLang's stateful tile schedulers
+        raise NotImplementedError(f"T.{name} is not supported by tilex: write the persistent loop with "
+                                  f"T.Persistent(domain, wave_size, index) or a T.serial loop over the waves")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

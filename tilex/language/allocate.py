@@ -21,10 +21,20 @@ def alloc_shared(shape, dtype="float16", scope="shared.dyn"):
 
 
 def alloc_fragment(shape, dtype="float32", scope=FRAGMENT_SCOPE):
-    """A block-level register tile: its elements are spread over the threads by an inferred Fragment layout."""
+    """A block-level register tile: its elements are spread over the threads by an inferred Fragment layout.
+
+    As in TileLang, `scope` is the buffer's storage scope: another scope allocates that kind of buffer instead --
+    ``"local"`` per-thread registers (``T.alloc_local``: every thread its own copy of the whole buffer),
+    ``"shared.dyn"`` / ``"shared"`` a shared tile (``T.alloc_shared``)."""
+    api = "T.alloc_fragment"
+    if scope == "local":
+        return alloc_local(shape, dtype)
+    if scope in SHARED_SCOPES:
+        return alloc_shared(shape, dtype, scope)
     if scope != FRAGMENT_SCOPE:
-        unsupported("T.alloc_fragment", "scope", scope, f"fragments live in '{FRAGMENT_SCOPE}'")
-    return _ir.alloc_buffer(_shape("T.alloc_fragment", shape), canonical_dtype(dtype), scope=scope)
+        unsupported(api, "scope", scope, f"a fragment lives in '{FRAGMENT_SCOPE}' (or 'local', {SHARED_SCOPES} for "
+                                         f"those buffers)")
+    return _ir.alloc_buffer(_shape(api, shape), canonical_dtype(dtype), scope=scope)
 
 
 def alloc_local(shape, dtype="float32", scope="local"):
@@ -81,15 +91,15 @@ def view(buffer, shape=None, dtype=None):
     reads a uint8 tensor four bytes at a time (TileLang's ``T.view``).
 
     `shape` defaults to `buffer`'s with its last dimension rescaled to the new element size; the view must cover
-    exactly the bytes of `buffer`. Global tensors, per-thread local buffers and fragments can be viewed. A fragment's
-    view keeps every thread's bits (`tilex.layout.reinterpret`): only its last dimension may change, and merged
-    elements must be consecutive registers of one thread in the fragment's layout. A shared tile has a layout
-    (a swizzle) the view would have to follow, which tilex does not derive yet."""
+    exactly the bytes of `buffer`. Global tensors, shared tiles, per-thread local buffers and fragments can be
+    viewed. A fragment's view keeps every thread's bits (`tilex.layout.reinterpret`): only its last dimension may
+    change, and merged elements must be consecutive registers of one thread in the fragment's layout. A shared
+    tile's view is the same bytes in the tile's layout (`tilex.op.view`: a swizzle the tile has as a T.gemm operand
+    is followed; elements merged into a wider one must lie side by side in it)."""
     scope = str(buffer.scope())
-    if scope not in ("global", "", "local", "local.fragment"):
-        raise NotImplementedError(f"T.view of '{buffer.name}' in scope '{scope}': only global tensors, T.alloc_local "
-                                  f"buffers and fragments can be viewed (a shared tile has a layout the view would "
-                                  f"have to follow)")
+    if scope not in ("global", "", "local", "local.fragment") + SHARED_SCOPES:
+        raise NotImplementedError(f"T.view of '{buffer.name}' in scope '{scope}': only global tensors, shared tiles, "
+                                  f"T.alloc_local buffers and fragments can be viewed")
     old = tvm.DataType(str(buffer.dtype))
     new = tvm.DataType(str(canonical_dtype(dtype))) if dtype is not None else old
     old_shape = [_static_dim(d, buffer.name) for d in buffer.shape]
@@ -130,16 +140,13 @@ def reshape(src, shape):
     Global tensors, per-thread local buffers and fragments take any shape. A fragment's reshape is the same
     registers: each element stays in its thread and register, and layout inference derives either layout from the
     other (`tilex.op.view`), so ``s3 = T.reshape(s, (m, h, d))`` of a gemm's accumulator ``s`` (m, h * d) can be
-    written and reduced per ``h``. A shared tile cannot be reshaped yet (it has a layout, a swizzle, the view would
-    have to follow): NotImplementedError."""
+    written and reduced per ``h``. A shared tile's reshape is its elements where the tile's layout (a swizzle, or
+    row-major) puts them (`tilex.op.view`); its shape must be constant."""
     api = "T.reshape"
     if not tirx.is_buffer_var(src):
         raise TypeError(f"{api} expects a buffer, got {src!r}")
     shape = _shape(api, shape)
     scope = str(src.scope())
-    if scope in SHARED_SCOPES:
-        raise NotImplementedError(f"{api} of shared tile '{src.name}' is not supported by tilex: a shared tile has a "
-                                  f"layout (a swizzle) the reshaped view would have to follow")
     count, want = 1, 1
     for d in src.shape:
         count = count * d
@@ -148,6 +155,8 @@ def reshape(src, shape):
     if not tvm.sym.Analyzer().can_prove_equal(count, want):
         raise ValueError(f"{api}: '{src.name}' {list(src.shape)} has {count} elements but the shape {list(shape)} "
                          f"has {want}")
+    if scope in SHARED_SCOPES:
+        shape = tuple(_static_dim(d, f"{api} of shared tile '{src.name}': the shape") for d in shape)
     if scope == FRAGMENT_SCOPE:
         shape = tuple(_static_dim(d, f"{api} of fragment '{src.name}': the shape") for d in shape)
         if list(shape) == [_static_dim(d, src.name) for d in src.shape]:

@@ -1,8 +1,9 @@
 """Device utilities, kernel queries and annotations of tile programs (TileLang's names).
 
 * device utilities: ``T.fma``, ``T.dp4a``, ``T.clamp``, ``T.device_assert``, ``T.pdl_sync`` / ``T.pdl_trigger``,
-  ``T.import_source`` (refused); ``T.popcount`` is TVMScript's, given its CUDA form for every integer type by
-  ``tilex.ir.intrin``; ``T.reinterpret`` (TileLang's argument order, value first, and TVMScript's, dtype first);
+  ``T.import_source`` (CUDA text written before the module's kernels); ``T.popcount`` is TVMScript's, given its
+  CUDA form for every integer type by ``tilex.ir.intrin``; ``T.reinterpret`` (TileLang's argument order, value
+  first, and TVMScript's, dtype first);
 * kernel queries: ``T.get_thread_bindings``, ``T.get_block_binding(s)``, ``T.get_thread_extent(s)``,
   ``T.get_block_extent(s)`` of the enclosing ``T.Kernel`` (``T.get_thread_binding`` is in ``kernel.py``);
 * annotations: ``T.annotate_min_blocks_per_sm``, ``T.annotate_restrict_buffers``, ``T.annotate_l2_hit_ratio``,
@@ -174,14 +175,21 @@ def pdl_trigger():
 
 
 def import_source(source=None):
-    """TileLang pastes `source` (CUDA code, usually device functions a ``T.call_extern`` calls) into the generated
-    module. tilex cannot honour it: TVM 0.27's CUDA code generator drops the ``pragma_import_c`` attribute that
-    carries it. ``T.import_source()`` / ``T.import_source(None)`` does nothing, as in TileLang."""
+    """Paste `source` (CUDA text, usually ``__device__`` functions a ``T.call_extern`` calls) into the generated
+    module, before its kernels, as TileLang does. Each distinct text is written once however often it is imported
+    (a macro called in a loop); it is part of the program, so of the kernel cache key. Written inside or before
+    ``with T.Kernel``. ``T.import_source()`` / ``T.import_source(None)`` does nothing, as in TileLang."""
+    return _import_source_marker("T.import_source", source)
+
+
+def _import_source_marker(api, source):
     if source is None:
         return None
-    raise NotImplementedError("T.import_source(source) is not supported by tilex: the CUDA code generator of TVM "
-                              "0.27 drops imported source; put the device functions in a header under "
-                              "tilex's include directory instead")
+    if not isinstance(source, str):
+        raise TypeError(f"{api}: the source must be a str of CUDA code, got {type(source).__name__}")
+    if not source.strip():
+        return None
+    return in_kernel(intrin.import_source(source))
 
 
 # ---- kernel queries -----------------------------------------------------------------------------------------------

@@ -242,3 +242,20 @@ BUILTIN_NAMES = ("bool", "int", "float")
 
 globals().update((name, t) for name, t in TYPES.items() if name not in BUILTIN_NAMES)
 __all__ = ["dtype", "canonical_dtype", *(name for name in TYPES if name not in BUILTIN_NAMES)]
+
+
+def __getattr__(name):
+    """``_TORCH_DTYPE_TO_STR`` (TileLang's {torch dtype: dtype name} table, which its examples import), built on
+    first use from :data:`TORCH_NAMES` and the installed torch."""
+    if name == "_TORCH_DTYPE_TO_STR":
+        import torch
+
+        table = {}
+        for tvm_name, attr in TORCH_NAMES.items():
+            found = getattr(torch, attr, None)
+            if isinstance(found, torch.dtype) and tvm_name not in ALIASES:
+                table.setdefault(found, tvm_name)
+        table.update({torch.short: "int16", torch.int: "int32", torch.long: "int64", torch.half: "float16",
+                      torch.float: "float32", torch.double: "float64"})
+        return table
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

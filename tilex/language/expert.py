@@ -27,7 +27,8 @@ Explicit MMA
   ``T.wgmma_gemm`` (warpgroup MMAs issued and committed, no wait; no mma.sync fallback), ``T.wait_wgmma``.
 Workspaces
   ``T.access_ptr`` (the address of a buffer element, with its access mask, through the buffer's layout);
-  ``T.alloc_global``, ``T.alloc_reducer``, ``T.finalize_reducer`` raise NotImplementedError (see each).
+  ``T.alloc_global`` (a global-memory workspace the host allocates for each call, shared by the program's
+  kernels); ``T.alloc_reducer``, ``T.finalize_reducer`` raise NotImplementedError (see each).
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ from tvm.tirx.script.builder import ir as _ir
 from tilex.ir import intrin
 from tilex.ir.names import ACCESS_PTR_OP, BARRIER_INIT_OP, THREAD_RANGE
 from tilex.ir.visit import BufferLoadNode, BufferRegionNode, dtype_of, is_op_call
+from tilex.language.dtypes import canonical_dtype
 from tilex.language.kernel import NAMED_BARRIERS, current_kernel, integer_arg
-from tilex.language.options import as_bool, as_int, constant, no_annotations, unsupported
+from tilex.language.options import as_bool, as_int, constant, no_annotations, positive_extents, unsupported
 from tilex.language.tileop import EVICTION_POLICIES
 from tilex.op.explicit_async import async_copy_call, tma_copy_call, wgmma_gemm_call
 from tilex.op.gemm import GemmWarpPolicy
@@ -495,10 +497,30 @@ def access_ptr(base, access_type="r", *extents, offset=0, extent=None, ignore_la
 
 
 def alloc_global(shape, dtype, scope="global"):
-    """Not supported: a kernel cannot allocate global memory on CUDA (TVM refuses it too). Allocate the workspace
-    with torch and pass it as an argument (``T.Tensor`` parameter)."""
-    raise NotImplementedError("T.alloc_global is not supported by tilex: a CUDA kernel cannot allocate global memory; "
-                              "allocate the workspace with torch and pass it to the kernel as a T.Tensor argument")
+    """A workspace in global memory, allocated by the host side of the compiled function for each call:
+    ``partial = T.alloc_global([batch, heads, num_split, dim], "float16")``, as in TileLang.
+
+    Written before the program's ``T.Kernel`` blocks (or inside one: it is hoisted out,
+    `tilex.transform.hoist_global_buffers`), it is one buffer for the whole call, so one kernel can write it and a
+    later ``T.Kernel`` of the same ``T.prim_func`` read it (a split-KV pass and its combine). TVM's host code takes
+    it from TVM's device workspace pool (``TVMBackendAllocWorkspace``, not torch's allocator) before the first
+    launch and gives it back after the last one; its contents are not initialized. The pool belongs to the calling
+    host thread and reuses a freed workspace for that thread's next call, which the stream orders after the launches
+    of this one. So calls made from one thread on several streams at once may share it, and a CUDA graph that
+    captured a call keeps an address the pool may hand out again or free: there, allocate the workspace with torch
+    and pass it as a ``T.Tensor`` argument (TileLang's advice too).
+
+    `shape` may use the program's parameters and symbolic sizes (the host evaluates it before the launch), never a
+    block or thread index; `scope` is ``"global"``."""
+    api = "T.alloc_global"
+    if scope != "global":
+        unsupported(api, "scope", scope, "a workspace lives in 'global' memory")
+    shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if not shape:
+        raise ValueError(f"{api}: the shape must have at least one dimension")
+    positive_extents(api, "shape dimensions", shape)
+    shape = tuple(integer_arg(api, "shape", e) for e in shape)
+    return _ir.alloc_buffer(shape, canonical_dtype(dtype), scope="global")
 
 
 def alloc_reducer(shape, dtype, op="sum", replication=None):

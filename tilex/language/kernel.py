@@ -22,6 +22,7 @@ class Kernel:
 
     The frame yields the block indices (one Var for a 1-D grid, a tuple otherwise), like TileLang.
     `threads` is an int or a tuple of up to three ints (threadIdx.x/y/z).
+    `prelude` is CUDA text written before the module's kernels (as ``T.import_source(prelude)`` in the body).
     """
 
     def __init__(self, *grid, threads=None, prelude=None):
@@ -46,14 +47,15 @@ class Kernel:
             raise ValueError(f"T.Kernel: {total} threads per block exceeds the CUDA limit of 1024")
         if len(threads) == 3 and threads[2] > 64:
             raise ValueError(f"T.Kernel: threads[2] = {threads[2]} exceeds the CUDA limit of 64 for threadIdx.z")
-        if prelude is not None:
-            raise NotImplementedError(f"T.Kernel(prelude={prelude!r}) is not supported by tilex (leave prelude at its "
-                                      f"default)")
+        if prelude is not None and not isinstance(prelude, str):
+            raise TypeError(f"T.Kernel: prelude must be a str of CUDA code, got {type(prelude).__name__}")
+        self.prelude = prelude if prelude and prelude.strip() else None
         self.grid = grid
         self.threads = threads
         self._frames = []
         self.block_vars = []
         self.thread_vars = []
+        self.rng_state = None  # the generator state of the latest T.rng_init (language/random.py)
 
     @property
     def num_threads(self) -> int:
@@ -78,6 +80,8 @@ class Kernel:
             if owner.same_as(builder):
                 _ir.evaluate(stmt.value)
         _PENDING.clear()
+        if self.prelude is not None:
+            _ir.evaluate(intrin.import_source(self.prelude).value)
         block_vars = self.block_vars
         return block_vars[0] if len(block_vars) == 1 else tuple(block_vars)
 

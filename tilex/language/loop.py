@@ -1,12 +1,15 @@
-"""Loop constructs of tile programs: T.Parallel, T.Pipelined, and TileLang's spellings of the plain loops:
-T.serial / T.Serial (a positional step), T.unroll / T.Unroll (``explicit=``, ``unroll_factor=``), T.Vectorized
-(T.vectorized is TVMScript's)."""
+"""Loop constructs of tile programs: T.Parallel, T.Pipelined, T.Persistent, and TileLang's spellings of the plain
+loops: T.serial / T.Serial (a positional step), T.unroll / T.Unroll (``explicit=``, ``unroll_factor=``),
+T.vectorized / T.Vectorized (TVMScript's, with the loops being parsed known to the parser: a name assigned in their
+body is an immutable binding, as in TileLang, which TVM's vectorizer can widen; see ``parser.py``)."""
 from __future__ import annotations
 
 from tvm import tirx
+from tvm.script.ir_builder import IRBuilder
 from tvm.tirx.script.builder import ir as _ir
 
-from tilex.ir.names import NUM_STAGES, PARALLEL_MARKER, PIPELINE_ORDER, PIPELINE_STAGE
+from tilex.ir.names import NUM_STAGES, PARALLEL_MARKER, PERSISTENT_MARKER, PIPELINE_ORDER, PIPELINE_STAGE
+from tilex.language.kernel import integer_arg
 from tilex.language.options import as_bool, as_int, constant, no_annotations, positive_extents, unsupported
 
 
@@ -36,6 +39,31 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
         return _ir.parallel(0, extents[0])
     _ir.evaluate(tirx.call_intrin("void", PARALLEL_MARKER, len(extents)))
     return _ir.grid(*extents)
+
+
+def Persistent(domain, wave_size, index, group_size=8):  # noqa: N802 - TileLang's spelling
+    """``for bx, by in T.Persistent([m_tiles, n_tiles], wave_size, index)``: a persistent-tile loop. The tiles of
+    `domain` are visited by `wave_size` workers (the blocks of a persistent grid, one per multiprocessor), worker
+    `index` taking tiles ``index, index + wave_size, ...`` in turn; the loop yields each tile's coordinates.
+
+    The tiles are ordered in groups of `group_size` (clamped to 1..the last extent) consecutive tiles along the last
+    dimension: tile ``t`` is element ``t % g`` of its group, the groups running over the other dimensions first
+    (row-major: the one before the last fastest), then along the last one -- for a 2-d domain
+    ``bx = t // g % m_tiles``, ``by = t // g // m_tiles * g + t % g``, so the workers of one wave share panels of
+    A and B in L2. The body runs for tiles inside the domain only. The frontend writes it as plain TIR
+    (`canonicalize.py`): a serial loop over the waves, the coordinates bound from ``w * wave_size + index`` and the
+    body under a guard."""
+    api = "T.Persistent"
+    if not isinstance(domain, (list, tuple)) or not domain:
+        raise TypeError(f"{api}: domain must be a non-empty list of extents (tiles per dimension), got {domain!r}")
+    positive_extents(api, "domain extents", domain)
+    wave_size, index, group_size = (integer_arg(api, name, value) for name, value in
+                                     (("wave_size", wave_size), ("index", index), ("group_size", group_size)))
+    for name, value in (("wave_size", wave_size), ("group_size", group_size)):
+        if isinstance(value, int):
+            as_int(api, name, value, minimum=1)
+    _ir.evaluate(tirx.call_intrin("void", PERSISTENT_MARKER, len(domain), wave_size, index, group_size))
+    return _ir.grid(*domain)
 
 
 def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None, annotations=None):
@@ -125,9 +153,39 @@ def Unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None, a
     return unroll(start, stop, step, explicit=explicit, unroll_factor=unroll_factor, annotations=annotations)
 
 
+def vectorized(start, stop=None, *, annotations=None, step=None):
+    """``for v in T.vectorized(n)``: a loop TVM turns into vector instructions (TVMScript's). While its body is
+    parsed it is listed in :data:`OPEN_VECTORIZED` (with the IRBuilder building it), so that the parser binds a
+    name assigned there immutably (``index = i * 8 + v``: a vector of indices), as TileLang does."""
+    frame = _ir.vectorized(start, stop, annotations=annotations, step=step)
+    entry = (IRBuilder.current() if IRBuilder.is_in_scope() else None, frame)
+    OPEN_VECTORIZED.append(entry)
+    frame.add_callback(lambda: _close_vectorized(entry))
+    return frame
+
+
+def _close_vectorized(entry):
+    for k, e in enumerate(OPEN_VECTORIZED):
+        if e is entry:
+            del OPEN_VECTORIZED[k]
+            return
+
+
+#: (IRBuilder, loop frame) of the T.vectorized loops being parsed, innermost last (the parser reads it)
+OPEN_VECTORIZED: list = []
+
+
+def in_vectorized_loop() -> bool:
+    """Whether the program being built is inside the body of a T.vectorized loop."""
+    if not IRBuilder.is_in_scope():
+        return False
+    builder = IRBuilder.current()
+    return any(b is not None and b.same_as(builder) for b, _ in OPEN_VECTORIZED)
+
+
 def Vectorized(start, stop=None, *, annotations=None):  # noqa: N802 - TileLang's spelling
     """``T.vectorized`` (TileLang's capitalized alias): a loop TVM turns into vector instructions."""
-    return _ir.vectorized(start, stop, annotations=annotations)
+    return vectorized(start, stop, annotations=annotations)
 
 
 def _check_step(api, step):

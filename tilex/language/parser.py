@@ -23,6 +23,7 @@ from tvm.script.parser.tirx import parser as _tirx_parser
 from tilex.ir.visit import dtype_of
 from tilex.ir.source import TileScriptError, backtrace_requested, set_message
 from tilex.language.canonicalize import canonicalize
+from tilex.language.loop import OPEN_VECTORIZED, in_vectorized_loop
 
 #: the first line of TVMScript's location block in a diagnostic message
 _LOCATION_MARK = "\n --> "
@@ -33,6 +34,7 @@ def prim_func(func=None, *, private=False, check_well_formed=False):
 
     def deco(f):
         # the caller's frame is where closures (tile sizes, dtypes) live: let TVMScript capture them
+        OPEN_VECTORIZED.clear()  # loops a failed parse left open
         try:
             parsed = _tvm_T.prim_func(f, private=private, check_well_formed=check_well_formed)
         except DiagnosticError as err:
@@ -111,6 +113,28 @@ def _visit_with(self, node):
 
 
 dispatch.register(token="tirx", type_name="With")(_visit_with)
+
+_tvm_visit_assign = dispatch.get(token="tirx", type_name="Assign")
+
+
+def _visit_assign(self, node):
+    """TVMScript's assignment visitor, plus TileLang's binding in a T.vectorized loop: ``index = i * 8 + v`` with a
+    new name makes ``index`` stand for the expression itself (inlined where it is used, as TileLang's let bindings
+    are), which TVM's vectorizer widens with the loop. TVMScript would make it a one-element per-thread scalar that
+    is stored to, which the vectorizer cannot widen (every lane would be written to the one element)."""
+    lhs = node.targets[0] if len(node.targets) == 1 else None
+    if not (isinstance(lhs, doc.Name) and in_vectorized_loop() and lhs.id not in self.var_table.get()):
+        return _tvm_visit_assign(self, node)
+    value = self.eval_expr(node.value)
+    if isinstance(value, (bool, int, float)) or not tvm.ir.is_prim_expr(value) or isinstance(value, tvm.ir.Var):
+        # a constant, a buffer, a frame, a variable: TVMScript's own binding of the value already evaluated
+        self.eval_assign(target=lhs, source=value, bind_value=_tirx_parser.bind_assign_value)
+        return None
+    self.var_table.add(lhs.id, value)
+    return None
+
+
+dispatch.register(token="tirx", type_name="Assign")(_visit_assign)
 
 
 def _int_widths_matched(a, b):

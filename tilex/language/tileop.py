@@ -180,7 +180,8 @@ def _dtype(obj):
 
 def reduce(buffer, out, reduce_type, dim=-1, clear=True, batch=1, nan_propagate=False, annotations=None):
     """Reduce `buffer` along `dim` into `out` (reduce_type: sum, max, min, abssum, absmax, and for integer tiles
-    bitand, bitor, bitxor); with clear=False the result is combined with what `out` already holds."""
+    bitand, bitor, bitxor); with clear=False the result is combined with what `out` already holds. Each of
+    `buffer` and `out` is a fragment or a shared tile; `out` has the source's shape without `dim`, or with it as 1."""
     api = f"T.reduce_{reduce_type}" if isinstance(reduce_type, str) else "T.reduce"
     if reduce_type not in KINDS:
         raise ValueError(f"T.reduce: unknown reduce_type {reduce_type!r}, expected one of {KINDS}")
@@ -271,6 +272,16 @@ def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
     return reduce(buffer, out, "bitxor", dim, clear, batch, annotations=annotations)
 
 
+def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False, transpose_B=False, policy=GemmWarpPolicy.Square,
+            clear_accum=False, k_pack=1, wg_wait=0, annotations=None):
+    """TileLang's structured-sparse GEMM (``C += A @ B`` with A stored 2:4-compressed plus its metadata E): not
+    supported by tilex, which has no sparse MMA lowering (``mma.sp`` / ``wgmma.sp`` and the metadata fragment
+    layouts they read); NotImplementedError. Decompress A and use ``T.gemm``."""
+    raise NotImplementedError("T.gemm_sp is not supported by tilex: it has no lowering to the sparse tensor-core "
+                              "instructions (mma.sp / wgmma.sp) and their metadata layouts; decompress A and use "
+                              "T.gemm")
+
+
 __all__ = ["copy", "gemm", "fill", "clear", "GemmWarpPolicy", "reduce", "reduce_sum", "reduce_max", "reduce_min",
            "reduce_abssum", "reduce_absmax", "reduce_bitand", "reduce_bitor", "reduce_bitxor", "cumsum", "cummax",
-           "im2col", "c2d_im2col"]
+           "im2col", "c2d_im2col", "gemm_sp"]

@@ -1,5 +1,5 @@
-"""Register fragments of ``mma.sync.m16n8k16`` (fp16/bf16 inputs, fp32 accumulators; warp = 32 lanes), and the A
-operand of ``m16n8k32`` (8-bit inputs).
+"""Register fragments of ``mma.sync.m16n8k16`` (fp16/bf16 inputs, fp32 or fp16 accumulators; warp = 32 lanes), and
+the A and B operands of ``m16n8k8`` (tf32), ``m16n8k32`` (8-bit) and ``m16n8k64`` (4-bit inputs).
 
 All fragments are built with the ``Fragment`` algebra from an 8x8 atom (lane ``4*r + c//2`` holds row ``r``,
 columns ``2*(lane%4) + {0,1}`` in 2 consecutive registers), then ``repeat`` / ``replicate`` up to the
@@ -67,16 +67,25 @@ def make_mma_a_fragment(m: int, k: int, warp_m: int, warp_n: int, bits: int = 16
     return frag.repeat((warp_m, 1), on_thread=True)
 
 
-def make_mma_b_fragment(k: int, n: int, warp_m: int, warp_n: int) -> Fragment:
-    """B operand (k, n) in registers: cols split over ``warp_n`` warps, replicated over the ``warp_m`` warps.
+def make_mma_b_fragment(k: int, n: int, warp_m: int, warp_n: int, bits: int = 16) -> Fragment:
+    """B operand (k, n) of `bits`-bit elements in registers: cols split over ``warp_n`` warps, replicated over the
+    ``warp_m`` warps.
 
-    Per k16n8 tile (r = kk%16, c = jj%8): ``lane = c*4 + (r%8)//2``, register element ``e = (r//8)*2 + r%2``
-    (b0..b3); ``local = ((kk//16)*(wn//8) + jj//8)*4 + e``; ``thread = (rep*warp_n + wj)*32 + lane``.
+    With ``e = 32 // bits`` elements per 32-bit register (2 for fp16/bf16: k16n8 tiles; 1 for tf32: k8n8; 4 for
+    8-bit: k32n8) and a k step of ``s = 8*e``, per k-step x n8 tile (r = kk%s, c = jj%8): ``lane = c*4 +
+    (r%(4e))//e``, register element ``x = (r//(4e))*e + r%e`` (two registers b0, b1); ``local = ((kk//s)*(wn//8)
+    + jj//8)*2e + x``; ``thread = (rep*warp_n + wj)*32 + lane`` for ``rep`` in ``[0, warp_m)``.
     """
+    e = 32 // bits
+    step = 8 * e
     wn = _split(n, warp_n, 8, "n")
-    if k % 16 != 0 or k <= 0:
-        raise LayoutError(f"k={k} must be a positive multiple of 16")
-    frag = _atom_cols().repeat((2, 1), on_thread=False)                          # b0..b3
-    frag = frag.repeat((k // 16, wn // 8), on_thread=False, lower_dim_first=True)
+    if k % step != 0 or k <= 0:
+        raise LayoutError(f"k={k} must be a positive multiple of {step} for {bits}-bit elements")
+    if bits == 16:
+        atom = _atom_cols()
+    else:
+        atom = Fragment((4 * e, 8), lambda i, j: j * 4 + i // e, lambda i, j: i % e)  # one register per lane
+    frag = atom.repeat((2, 1), on_thread=False)                                  # b0, b1
+    frag = frag.repeat((k // step, wn // 8), on_thread=False, lower_dim_first=True)
     frag = frag.repeat((1, warp_n), on_thread=True)
     return frag.replicate(warp_m)

@@ -209,10 +209,9 @@ class WgmmaGemmOp(GemmOp):
     def _plan(self, threads, target):
         p = gemm_wgmma.plan(self, threads, target)
         if p is None:
-            raise TileOpError(f"{self.describe()}: cannot run on warpgroup MMAs here (they need sm_90a without "
-                              f"tilex.disable_wgmma, whole warpgroups running it ({threads} threads), B and A "
-                              f"whole 2-d tiles of shared memory (A may be a register fragment) and an M of a "
-                              f"multiple of 64 per warpgroup); use T.gemm, which falls back to mma.sync")
+            raise TileOpError(f"{self.describe()}: cannot run on warpgroup MMAs here: "
+                              f"{gemm_wgmma.refusal(self, threads, target)}; use T.gemm, which falls back to "
+                              f"mma.sync")
         return p
 
     def infer_layout(self, ctx, level):

@@ -1,13 +1,16 @@
-"""`T.gemm`: C += A @ B on tensor cores, for B in shared memory, A in shared memory or in a register fragment
-(T.alloc_fragment, "rs"), and C in a register fragment.
+"""`T.gemm`: C += A @ B on tensor cores, for A and B each in shared memory or in a register fragment
+(T.alloc_fragment: A "rs", B "sr", both "rr"), and C in a register fragment.
 
-sm90 (sm_90a) path: warpgroup MMA, see gemm_wgmma.py. sm80+ path (every target without wgmma, Blackwell
-included: `tilex.ir.hardware.ARCH_FEATURES`): each warp owns a (wm, wn) sub-tile of C; per
-k step it loads A and B with ``ldmatrix`` from swizzled shared memory (an A fragment is used in place) and
-issues ``mma.sync.m16n8k16`` (fp16/bf16 in, fp32 accumulate) or ``mma.sync.m16n8k32`` (8-bit in: int8/uint8 ->
-int32, float8 -> fp32; `tilex.op.mma_types`). Layout inference pins the swizzled shared layouts of
-the shared operands, the instruction's A register layout of an A fragment and the accumulator fragment of C at
-the strict level; copies and T.Parallel loops that fill an A fragment then follow its layout.
+sm90 (sm_90a) path: warpgroup MMA, see gemm_wgmma.py (B in shared memory; the dtypes `tilex.op.mma_types` gives a
+wgmma). sm80+ path (every target without wgmma, Blackwell included: `tilex.ir.hardware.ARCH_FEATURES`, and on sm90
+what wgmma does not take: a B fragment, float32 / int4 operands, blocks that are not whole warpgroups): each warp
+owns a (wm, wn) sub-tile of C; per k step it loads A and B with ``ldmatrix`` from swizzled shared memory (float32
+operands stored MN-major element by element; a fragment operand is used in place) and issues ``mma.sync.m16n8k16``
+(fp16/bf16 in, fp32 or, for fp16 in, fp16 accumulate), ``m16n8k8`` (float32 in as tf32, fp32 accumulate),
+``m16n8k32`` (8-bit in: int8/uint8 -> int32, float8 -> fp32) or ``m16n8k64`` (int4/uint4 -> int32). Layout
+inference pins the swizzled shared layouts of the shared operands, the instruction's register layouts of fragment
+operands and the accumulator fragment of C at the strict level; copies and T.Parallel loops that fill a fragment
+operand then follow its layout.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from tvm import tirx
 from tilex.ir import intrin
 from tilex.ir.visit import bits
 from tilex.ir.hardware import LDMATRIX, MMA_SYNC, MMA_SYNC_FP8, supports, unsupported_message
-from tilex.layout import Fragment, make_mma_a_fragment, make_mma_accumulator_fragment, make_swizzled_layout
+from tilex.layout import (Fragment, make_mma_a_fragment, make_mma_accumulator_fragment, make_mma_b_fragment,
+                          make_swizzled_layout)
 from tilex.op import gemm_wgmma
 from tilex.op.mma_types import SUPPORTED, mma_types
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
@@ -88,9 +92,11 @@ def a_fragment_layout(m, n, k, threads, target, policy=GemmWarpPolicy.Square, dt
 
 @register_tile_op("tilex.gemm")
 class GemmOp(TileOp):
-    """``C += A @ B``. `swapped`: B is a register fragment (N, K) (transpose_B) and A a shared (M, K) tile; the MMAs
-    compute C^T (N x M) = B A^T with B as their register operand, and C's layout is the transposed accumulator, so
-    C[i, j] is the register the instruction writes for (j, i) (transform.register_operand sets it)."""
+    """``C += A @ B``. A B fragment the program writes is the mma.sync B operand in registers
+    (`make_mma_b_fragment`, as TileLang's "sr" gemm). `swapped`: B is a register fragment (N, K) (transpose_B) that
+    transform.register_operand made of a shared tile, and A a shared (M, K) tile; the MMAs compute C^T (N x M) =
+    B A^T on wgmma with B as their register operand, and C's layout is the transposed accumulator, so C[i, j] is
+    the register the instruction writes for (j, i)."""
 
     def __init__(self, A: Region, B: Region, C: Region, trans_a=False, trans_b=False, policy=0, clear_accum=False,
                  swapped=False):
@@ -144,9 +150,14 @@ class GemmOp(TileOp):
         a, b, c = self.A.buffer, self.B.buffer, self.C.buffer
         if not is_fragment(c):
             raise TileOpError(f"T.gemm: C ('{c.name}') must be a fragment (T.alloc_fragment), got scope {c.scope()}")
-        if not is_shared(b):
-            raise TileOpError(f"T.gemm: B ('{b.name}') in scope '{b.scope()}' is not supported; "
-                              f"put it in shared memory (T.alloc_shared)")
+        if is_fragment(b):
+            b_shape = [self.N, self.K] if self.trans_b else [self.K, self.N]
+            if [int(s) for s in b.shape] != b_shape:
+                raise TileOpError(f"T.gemm: a B fragment must be used whole as a {b_shape[0]}x{b_shape[1]} tile, "
+                                  f"got {b.name}{list(b.shape)}")
+        elif not is_shared(b):
+            raise TileOpError(f"T.gemm: B ('{b.name}') in scope '{b.scope()}' is not supported; put it in shared "
+                              f"memory (T.alloc_shared) or a register fragment (T.alloc_fragment)")
         if is_fragment(a):
             if self.trans_a:
                 raise TileOpError(f"T.gemm: transpose_A with A in registers ('{a.name}') is not supported; "
@@ -158,13 +169,13 @@ class GemmOp(TileOp):
             raise TileOpError(f"T.gemm: A ('{a.name}') in scope '{a.scope()}' is not supported; put it in shared "
                               f"memory (T.alloc_shared) or a register fragment (T.alloc_fragment)")
         ty = self.types()
-        if ty.eight_bit:
+        if ty.k_major_only:
             if self.trans_a or not self.trans_b:
                 raise TileOpError(
-                    f"{self.describe()}: 8-bit operands ({a.dtype} x {b.dtype}) must be K-major: store A as "
-                    f"(M, K) = ({self.M}, {self.K}) and B as (N, K) = ({self.N}, {self.K}) with transpose_B=True "
-                    f"(the tensor cores cannot transpose 8-bit operands); got transpose_A={self.trans_a}, "
-                    f"transpose_B={self.trans_b}")
+                    f"{self.describe()}: {bits(a.dtype)}-bit operands ({a.dtype} x {b.dtype}) must be K-major: "
+                    f"store A as (M, K) = ({self.M}, {self.K}) and B as (N, K) = ({self.N}, {self.K}) with "
+                    f"transpose_B=True (the tensor cores cannot transpose {bits(a.dtype)}-bit operands); got "
+                    f"transpose_A={self.trans_a}, transpose_B={self.trans_b}")
         if self.K % ty.k_step:
             raise TileOpError(f"T.gemm: K tile {self.K} must be a multiple of {ty.k_step} for {a.dtype} inputs")
         if threads % 32:
@@ -201,6 +212,9 @@ class GemmOp(TileOp):
         out = {}
         if a_frag:
             out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn, bits(self.A.buffer.dtype))
+        if is_fragment(self.B.buffer):
+            b_lay = make_mma_b_fragment(self.K, self.N, wm, wn, bits(self.B.buffer.dtype))
+            out[self.B.buffer] = transpose_fragment(b_lay) if self.trans_b else b_lay
         for r in (self.A, self.B):
             buf = r.buffer
             if is_shared(buf) and ctx.layout_map.get(buf) is None and buf not in out:
@@ -253,9 +267,11 @@ class GemmOp(TileOp):
                          tirx.BufferStore(ctx.remap[self.C.buffer], tirx.const(0, str(self.C.buffer.dtype)), [z]))]
 
     def _lower_mma(self, ctx, wm_n, wn_n):
-        """sm80 path: ldmatrix from swizzled shared memory + mma.sync per warp (an A fragment already holds the
-        instruction's registers: make_mma_a_fragment). In bytes, one k step of 8-bit operands (k32) is laid out
-        like one of 16-bit operands (k16): the same ldmatrix addresses, `vec` elements per 16-byte row."""
+        """sm80 path: ldmatrix from swizzled shared memory + mma.sync per warp (a fragment operand already holds
+        the instruction's registers: make_mma_a_fragment / make_mma_b_fragment). In bytes, one k step of 8-bit
+        (k32) or tf32 (k8) operands is laid out like one of 16-bit operands (k16): the same ldmatrix addresses, `vec`
+        elements per 16-byte row. ldmatrix.trans moves 16-bit elements: tf32 operands stored MN-major are read
+        element by element instead."""
         wm, wn = self.M // wm_n, self.N // wn_n
         mi_n, ni_n = wm // 16, wn // 8
         ty = self.types()
@@ -269,6 +285,8 @@ class GemmOp(TileOp):
         wi = tirx.floordiv(warp, wn_n)
         wj = tirx.floormod(warp, wn_n)
         a_in_regs = is_fragment(self.A.buffer)
+        b_in_regs = is_fragment(self.B.buffer)
+        by_element = ty.family == "tf32"  # 32-bit elements: no transposing ldmatrix
         a_frag = tirx.decl_buffer((mi_n * vec,), self.A.buffer.dtype, "A_frag", scope="local")
         b_frag = tirx.decl_buffer((ni_n * vec // 2,), self.B.buffer.dtype, "B_frag", scope="local")
         c_loc = ctx.remap[self.C.buffer]
@@ -285,17 +303,31 @@ class GemmOp(TileOp):
         def frag_ptr(buf, off):
             return buf.access_ptr("w", offset=off, extent=1)
 
+        def element_loads(dst, count, per, index, region):
+            """dst[i*per + x] = region[index(i, x)] for tile i < count, register x < per (tf32, one element a
+            register: lane = 4*g + t holds row/column g and k t (+4))."""
+            i, x = tirx.Var("ei", "int32"), tirx.Var("ex", "int32")
+            load = ctx.load(region.buffer, region.index(index(i, x)))
+            store = tirx.BufferStore(dst, load, [i * per + x])
+            return tirx.For(i, 0, count, tirx.ForKind.UNROLLED, tirx.For(x, 0, per, tirx.ForKind.UNROLLED, store))
+
+        g4, t4 = tirx.floordiv(lane, 4), tirx.floormod(lane, 4)
         # A: rows m, cols k (or the transpose in memory)
         m_base = wi * wm + mi * 16
         if a_in_regs:
             load_a = None
-        elif not self.trans_a:
-            a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16), ki * kstep + tirx.floordiv(lane, 16) * vec)
-            load_a = intrin.ldmatrix(4, False, frag_ptr(a_frag, mi * vec), a_ptr)
+        elif self.trans_a and by_element:  # a0..a3 = (g, t), (g+8, t), (g, t+4), (g+8, t+4) of each m16 x k8 tile
+            load_a = element_loads(a_frag, mi_n, vec, lambda i, x: [
+                ki * kstep + t4 + tirx.floordiv(x, 2) * 4, wi * wm + i * 16 + g4 + tirx.floormod(x, 2) * 8], self.A)
         else:
-            a_ptr = smem_ptr(self.A, ki * 16 + r8 + tirx.floordiv(grp, 2) * 8, m_base + tirx.floormod(grp, 2) * 8)
-            load_a = intrin.ldmatrix(4, True, frag_ptr(a_frag, mi * 8), a_ptr)
-        if load_a is not None:
+            if not self.trans_a:
+                a_ptr = smem_ptr(self.A, m_base + tirx.floormod(lane, 16),
+                                 ki * kstep + tirx.floordiv(lane, 16) * vec)
+                load_a = intrin.ldmatrix(4, False, frag_ptr(a_frag, mi * vec), a_ptr)
+            else:
+                a_ptr = smem_ptr(self.A, ki * 16 + r8 + tirx.floordiv(grp, 2) * 8,
+                                 m_base + tirx.floormod(grp, 2) * 8)
+                load_a = intrin.ldmatrix(4, True, frag_ptr(a_frag, mi * 8), a_ptr)
             load_a = tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, load_a)
 
         # B: two n8 tiles per ldmatrix.x4; an odd last tile uses ldmatrix.x2
@@ -308,26 +340,42 @@ class GemmOp(TileOp):
             return intrin.ldmatrix(4 if x4 else 2, not self.trans_b, dst, ptr)
 
         stmts = [] if load_a is None else [load_a]
-        if ni_n // 2:
-            stmts.append(tirx.For(nj, 0, ni_n // 2, tirx.ForKind.UNROLLED,
-                                  load_b(wj * wn + nj * 16, True, frag_ptr(b_frag, nj * vec))))
-        if ni_n % 2:
-            stmts.append(load_b(wj * wn + (ni_n - 1) * 8, False, frag_ptr(b_frag, (ni_n - 1) * vec // 2)))
+        if b_in_regs:
+            pass
+        elif by_element and not self.trans_b:  # b0, b1 = (k t, n g), (k t+4, n g) of each k8 x n8 tile
+            stmts.append(element_loads(b_frag, ni_n, vec // 2, lambda i, x: [
+                ki * kstep + t4 + x * 4, wj * wn + i * 8 + g4], self.B))
+        else:
+            if ni_n // 2:
+                stmts.append(tirx.For(nj, 0, ni_n // 2, tirx.ForKind.UNROLLED,
+                                      load_b(wj * wn + nj * 16, True, frag_ptr(b_frag, nj * vec))))
+            if ni_n % 2:
+                stmts.append(load_b(wj * wn + (ni_n - 1) * 8, False, frag_ptr(b_frag, (ni_n - 1) * vec // 2)))
         if a_in_regs:  # registers of m16 tile mi, k-step ki in the fragment's local order
             a_regs = ctx.remap[self.A.buffer].access_ptr("r", offset=(mi * (self.K // kstep) + ki) * vec,
                                                          extent=vec)
         else:
             a_regs = a_frag.access_ptr("r", offset=mi * vec, extent=vec)
         c_ptr = c_loc.access_ptr("rw", offset=(mi * ni_n + ni) * 4, extent=4)
-        b_regs = b_frag.access_ptr("r", offset=ni * vec // 2, extent=vec // 2)
-        if ty.eight_bit:
+        if b_in_regs:  # registers of k-step ki, n8 tile ni in the fragment's local order (make_mma_b_fragment)
+            b_regs = ctx.remap[self.B.buffer].access_ptr("r", offset=(ki * ni_n + ni) * (vec // 2),
+                                                         extent=vec // 2)
+        else:
+            b_regs = b_frag.access_ptr("r", offset=ni * vec // 2, extent=vec // 2)
+        if ty.family == "tf32":
+            mma = intrin.mma_m16n8k8_tf32(c_ptr, a_regs, b_regs)
+        elif ty.family == "i4":
+            mma = intrin.mma_m16n8k64_i4(ty.ta, ty.tb, c_ptr, a_regs, b_regs)
+        elif ty.eight_bit:
             mma = intrin.mma_m16n8k32(ty.family, ty.ta, ty.tb, c_ptr, a_regs, b_regs)
         else:
-            mma = intrin.mma_m16n8k16(ty.family, c_ptr, a_regs, b_regs)
+            mma = intrin.mma_m16n8k16(ty.family, c_ptr, a_regs, b_regs, half_acc=ty.half_acc)
         stmts.append(tirx.For(mi, 0, mi_n, tirx.ForKind.UNROLLED, tirx.For(ni, 0, ni_n, tirx.ForKind.UNROLLED, mma)))
-        body = tirx.For(ki, 0, self.K // kstep, tirx.ForKind.UNROLLED, tirx.SeqStmt(stmts))
-        allocs = ([] if a_in_regs else [tirx.AllocBuffer(a_frag)]) + [tirx.AllocBuffer(b_frag)]
-        return tirx.SeqStmt(allocs + self._clear(ctx) + [body])
+        step = tirx.SeqStmt(stmts) if len(stmts) > 1 else stmts[0]  # both operands in registers: the MMAs
+        body = tirx.For(ki, 0, self.K // kstep, tirx.ForKind.UNROLLED, step)
+        allocs = ([] if a_in_regs else [tirx.AllocBuffer(a_frag)]) + ([] if b_in_regs else [tirx.AllocBuffer(b_frag)])
+        out = allocs + self._clear(ctx) + [body]
+        return tirx.SeqStmt(out) if len(out) > 1 else body
 
 
 def transpose_fragment(frag):

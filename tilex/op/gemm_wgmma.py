@@ -2,10 +2,18 @@
 or from a register fragment (the "rs" form).
 
 Selected by `GemmOp` on targets with wgmma (sm_90a only) when the block is whole warpgroups and the tiles fit
-(see `plan`). Each warpgroup owns a (wm, wn) slab of C; per k step it issues one ``m64nNk16`` (16-bit inputs) or
-``m64nNk32`` (8-bit inputs, K-major only: `tilex.op.mma_types`) per 64 rows (N <= 256 per instruction). Shared operand tiles get the canonical swizzled layouts (`tilex.layout.wgmma`), K-major or MN-major
-(transposed in the instruction) as the program stores them; an A fragment gets the wgmma A register layout
-(`make_wgmma_a_fragment`, replicated over the warpgroups that split N).
+(see `plan`; `refusal` says why not). Each warpgroup owns a (wm, wn) slab of C; per k step it issues one
+``m64nNk16`` (16-bit inputs: float32 or, for float16 inputs, float16 accumulators) or ``m64nNk32`` (8-bit inputs,
+K-major only: `tilex.op.mma_types`) per 64 rows (N <= 256 per instruction). Shared operand buffers get the
+canonical swizzled layouts (`tilex.layout.wgmma`) of their two trailing dimensions, whatever part of them a gemm
+reads; K-major or MN-major (transposed in the instruction) as the program stores them; an A fragment gets the
+wgmma A register layout (`make_wgmma_a_fragment`, replicated over the warpgroups that split N).
+
+An operand may be any box of its buffer's two trailing dimensions (a stage ``KV[s]`` of a multi-buffered tile, a
+column slice ``KV[:, 64:128]``): its descriptors start at the physical address of the box's element under the
+buffer's layout. That is a valid descriptor start where the box keeps the swizzle atoms whole: rows from a
+multiple of 8, and along the contiguous dimension from a multiple of the k step (K-major) or of one swizzle row
+(MN-major, whose instructions read whole atom rows); `refusal` names any other box.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ from tilex.layout import (make_wgmma_a_fragment, make_wgmma_accumulator_fragment
                           wgmma_swizzle_bytes)
 from tilex.op.base import is_fragment, is_shared
 from tilex.op.mma_types import mma_types
+from tilex.op.region import Region
 
 #: N of one integer wgmma (PTX ISA: multiples of 8 up to 32, then of 16 up to 256); other families take every
 #: multiple of 8 up to 256
@@ -43,19 +52,37 @@ def plan(op, threads, target):
     """A WgmmaPlan if T.gemm `op` can run on wgmma for this block/target, else None (mma.sync is used). wgmma
     exists on sm_90a only (`tilex.ir.hardware.WGMMA`): sm_90 without 'a' and Blackwell (sm_100a, sm_120a, ...)
     take the mma.sync path."""
-    if not supports(target, WGMMA) or config.get("disable_wgmma", False):
-        return None
+    return _plan(op, threads, target)[0]
+
+
+def refusal(op, threads, target) -> str | None:
+    """Why T.gemm `op` cannot run on wgmma for this block/target (None if it can)."""
+    return _plan(op, threads, target)[1]
+
+
+def _plan(op, threads, target):
+    """(WgmmaPlan, None) or (None, the reason there is none)."""
+    if not supports(target, WGMMA):
+        return None, f"the target {target} has no warpgroup MMA (sm_90a only)"
+    if config.get("disable_wgmma", False):
+        return None, "tilex.disable_wgmma is set"
     if getattr(op, "swapped", False):
-        return plan(op.transposed(), threads, target)  # the MMAs it runs (GemmOp.swapped)
-    a_ok = is_shared(op.A.buffer) or (is_fragment(op.A.buffer) and not op.trans_a)
-    ty = mma_types(op.A.buffer.dtype, op.B.buffer.dtype, op.C.buffer.dtype)
-    if threads % 128 or ty is None or not (a_ok and is_shared(op.B.buffer)):
-        return None
-    if ty.eight_bit and (op.trans_a or not op.trans_b):
-        return None
-    for r in (op.A, op.B):  # operands must be whole 2-d (trailing) tiles of their buffers
-        if [int(s) for s in r.buffer.shape[-2:]] != [int(e) for e in r.extents[-2:]]:
-            return None
+        return _plan(op.transposed(), threads, target)  # the MMAs it runs (GemmOp.swapped)
+    a, b = op.A.buffer, op.B.buffer
+    if not is_shared(b):
+        return None, f"B ('{b.name}') is in {b.scope()}, not in shared memory"
+    if not (is_shared(a) or (is_fragment(a) and not op.trans_a)):
+        return None, (f"A ('{a.name}') must be in shared memory or a register fragment used without transpose_A, "
+                      f"it is in {a.scope()}")
+    if threads % 128:
+        return None, f"it runs on {threads} threads, not whole warpgroups of 128"
+    ty = mma_types(a.dtype, b.dtype, op.C.buffer.dtype)
+    if ty is None or not ty.has_wgmma:
+        return None, f"no warpgroup MMA takes {a.dtype} x {b.dtype} -> {op.C.buffer.dtype}"
+    if ty.k_major_only and (op.trans_a or not op.trans_b):
+        return None, f"{a.dtype} operands must be K-major (transpose_A=False, transpose_B=True)"
+    if is_fragment(a) and [int(s) for s in a.shape[-2:]] != [int(e) for e in op.A.extents[-2:]]:
+        return None, f"an A fragment ('{a.name}') must be used whole"
     groups = threads // 128
     options = []
     for wg_m in range(groups, 0, -1):
@@ -64,49 +91,112 @@ def plan(op, threads, target):
         wg_n = groups // wg_m
         if op.M % (64 * wg_m) == 0 and op.N % (8 * wg_n) == 0:
             options.append((wg_m, wg_n))
-    if not options or op.K % ty.k_step:
-        return None
+    if not options:
+        return None, (f"M={op.M}, N={op.N} cannot be split over {groups} warpgroup(s) (M a multiple of 64 per "
+                      f"warpgroup row, N of 8 per warpgroup column)")
+    if op.K % ty.k_step:
+        return None, f"K={op.K} is not a multiple of {ty.k_step}"
     wg_m, wg_n = options[0]
     wm, wn = op.M // wg_m, op.N // wg_n
     n_inst = wn
     while n_inst > 0 and (n_inst > 256 or wn % n_inst or (ty.family == "i8" and n_inst not in _I8_N)):
         n_inst -= 8
-    if not _operand_ok(op) or n_inst <= 0:
-        return None
-    return WgmmaPlan(wg_m, wg_n, wm, wn, n_inst)
+    if n_inst <= 0:
+        return None, f"no instruction N divides the {wn} columns of a warpgroup"
+    for t in _smem_operands(op):
+        problem = _operand_problem(t, ty)
+        if problem is not None:
+            return None, problem
+    return WgmmaPlan(wg_m, wg_n, wm, wn, n_inst), None
+
+
+@dataclass(frozen=True)
+class OperandTile:
+    """A shared operand as the descriptors see it: its box `region` of a buffer whose two trailing dimensions
+    (`rows`, `cols`: `cols` contiguous) carry the swizzled layout, `k_major` (K is the contiguous dimension) and
+    the swizzle of that layout in bytes (0: none fits)."""
+
+    region: Region
+    rows: int
+    cols: int
+    k_major: bool
+    swizzle: int
+
+    @property
+    def buffer(self):
+        return self.region.buffer
+
+    @property
+    def bits(self):
+        return tvm.DataType(str(self.buffer.dtype)).bits
 
 
 def _operand_dims(op):
-    """[(region, rows, cols, k_major)] with `cols` the contiguous dimension of each operand tile."""
-    a_rows, a_cols = (op.K, op.M) if op.trans_a else (op.M, op.K)
-    b_rows, b_cols = (op.N, op.K) if op.trans_b else (op.K, op.N)
-    return [(op.A, a_rows, a_cols, not op.trans_a), (op.B, b_rows, b_cols, op.trans_b)]
+    """[(region, k_major)] of A and B; an operand's `cols` (its buffer's last dimension) is contiguous."""
+    return [(op.A, not op.trans_a), (op.B, op.trans_b)]
+
+
+def _operand_tile(region, k_major):
+    shape = [int(s) for s in region.buffer.shape]
+    rows, cols = shape[-2], shape[-1]
+    bits = tvm.DataType(str(region.buffer.dtype)).bits
+    return OperandTile(region, rows, cols, k_major, wgmma_swizzle_bytes(rows, cols, bits))
 
 
 def _smem_operands(op):
-    """The `_operand_dims` entries of the operands read from shared memory (B, and A unless it is a fragment)."""
-    return [d for d in _operand_dims(op) if is_shared(d[0].buffer)]
+    """The OperandTiles of the operands read from shared memory (B, and A unless it is a fragment)."""
+    return [_operand_tile(r, k) for r, k in _operand_dims(op) if is_shared(r.buffer)]
 
 
-def _operand_ok(op):
-    for region, rows, cols, k_major in _smem_operands(op):
-        s = wgmma_swizzle_bytes(rows, cols, tvm.DataType(str(region.buffer.dtype)).bits)
-        if s == 0:
-            return False
-        if not k_major and cols % (s // 2) and cols > s // 2:
-            return False
-    return True
+def _operand_problem(t: OperandTile, ty) -> str | None:
+    """Why shared operand `t` cannot be read by wgmma descriptors (None if it can)."""
+    name = t.buffer.name
+    if t.swizzle == 0:
+        return (f"the shared tile '{name}' ({t.rows} x {t.cols} {t.buffer.dtype}) has no wgmma swizzle layout (its "
+                f"rows must be a multiple of 8 and a row a multiple of 32 bytes)")
+    region = t.region
+    lead = region.extents[:-2]
+    if len(region.extents) < 2 or any(_const(e) != 1 for e in lead):
+        return f"the operand {region} must be a box of the two trailing dimensions of '{name}'"
+    r0, c0 = region.mins[-2], region.mins[-1]
+    er, ec = _const(region.extents[-2]), _const(region.extents[-1])
+    whole = er == t.rows and ec == t.cols and _const(r0) == 0 and _const(c0) == 0
+    atom_row = t.swizzle * 8 // t.bits  # elements of one swizzle row
+    if whole:
+        return None
+    step = ty.k_step if t.k_major else atom_row
+    what = "the k step" if t.k_major else "one swizzle row (an MN-major operand is read in whole atom rows)"
+    if er is None or ec is None or er % 8 or not _divides(8, r0) or not _divides(step, c0) or \
+            (not t.k_major and ec % atom_row):
+        return (f"the operand {region} breaks the {t.swizzle}-byte swizzle atoms of '{name}': its rows must start "
+                f"at a multiple of 8, and its columns start{'' if t.k_major else ' and extend'} in multiples of "
+                f"{step} elements ({what})")
+    return None
+
+
+def _const(x):
+    if isinstance(x, int):
+        return x
+    return int(x.value) if isinstance(x, tirx.IntImm) else None
+
+
+def _divides(n, expr) -> bool:
+    """Whether `expr` (an int or a PrimExpr) is provably a multiple of `n`."""
+    if isinstance(expr, int):
+        return expr % n == 0
+    return bool(tvm.sym.Analyzer().can_prove(tirx.floormod(expr, n) == 0))
 
 
 def operand_layouts(op):
+    """{shared operand buffer: the wgmma swizzled layout of its two trailing dimensions (repeated over the
+    leading ones)}."""
     out = {}
-    for region, rows, cols, _ in _smem_operands(op):
-        buf = region.buffer
-        lay = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
-        shape = [int(s) for s in buf.shape]
+    for t in _smem_operands(op):
+        lay = make_wgmma_operand_layout(t.rows, t.cols, t.bits)
+        shape = [int(s) for s in t.buffer.shape]
         if len(shape) > 2:
             lay = lay.expand(shape[:-2])
-        out[buf] = lay
+        out[t.buffer] = lay
     return out
 
 
@@ -127,26 +217,28 @@ def lower(op, ctx, p: WgmmaPlan):
     bits = tvm.DataType(str(op.A.buffer.dtype)).bits
     ty = mma_types(op.A.buffer.dtype, op.B.buffer.dtype, op.C.buffer.dtype)
     kstep = ty.k_step
-    (a_reg, a_rows, a_cols, a_kmaj), (b_reg, b_rows, b_cols, b_kmaj) = _operand_dims(op)
+    (_, a_kmaj), (_, b_kmaj) = _operand_dims(op)
     a_in_regs = is_fragment(op.A.buffer)
-    sb = wgmma_swizzle_bytes(b_rows, b_cols, bits)
     c_loc = ctx.remap[op.C.buffer]
     ki, mb, nb = (tirx.Var(n, "int32") for n in ("wk", "wm", "wn"))
 
-    def desc(region, swz, k_major, rows, coord):
-        buf, idx = ctx.physical_index(region.buffer, region.index(coord))
+    def desc(t: OperandTile, coord):
+        """The descriptor of operand `t` starting at its tile element `coord` (see the module docstring)."""
+        buf, idx = ctx.physical_index(t.buffer, t.region.index(coord))
         # a warp-specialized consumer reads stages that only TMA writes (ordered by mbarriers): its pointer must not
         # count as a generic read, or TVM's ThreadSync wants barriers inside the consumer's branch
         mask = 0 if ctx.async_mma in (ASYNC_MMA_WS, ASYNC_MMA_WS_SYNC, ASYNC_MMA_WS_DEFER) else "r"
         ptr = buf.access_ptr(mask, offset=ctx.analyzer.simplify(idx[0]), extent=1)
-        lbo = 16 if k_major else rows * swz  # MN-major: the next plane of the contiguous dimension
+        swz = t.swizzle
+        lbo = 16 if t.k_major else t.rows * swz  # MN-major: the next plane of the contiguous dimension
         return intrin.wgmma_desc(ptr, lbo, 8 * swz, swz)
 
     m_at = row0 + mb * 64
     n_at = col0 + nb * p.n_inst
     b_coord = [ki * kstep, n_at] if not b_kmaj else [n_at, ki * kstep]
-    db = desc(op.B, sb, b_kmaj, b_rows, b_coord)
+    db = desc(_operand_tile(op.B, b_kmaj), b_coord)
     acc = c_loc.access_ptr("rw", offset=mb * (p.wn // 2) + nb * (p.n_inst // 2), extent=p.n_inst // 2)
+    acc16 = ty.half_acc
     if a_in_regs:
         # this thread's four registers of A for (64-row block mb, k-step ki): see make_wgmma_a_fragment
         per = 128 // bits
@@ -154,15 +246,14 @@ def lower(op, ctx, p: WgmmaPlan):
         if ty.eight_bit:
             inst = intrin.wgmma_rs_8bit(p.n_inst, ty.family, ty.ta, ty.tb, acc, a_ptr, db, 1)
         else:
-            inst = intrin.wgmma_rs(p.n_inst, ty.family, not b_kmaj, acc, a_ptr, db, 1)
+            inst = intrin.wgmma_rs(p.n_inst, ty.family, not b_kmaj, acc, a_ptr, db, 1, half_acc=acc16)
     else:
-        sa = wgmma_swizzle_bytes(a_rows, a_cols, bits)
         a_coord = [m_at, ki * kstep] if a_kmaj else [ki * kstep, m_at]
-        da = desc(op.A, sa, a_kmaj, a_rows, a_coord)
+        da = desc(_operand_tile(op.A, a_kmaj), a_coord)
         if ty.eight_bit:  # K-major only (plan): no transpose immediates
             inst = intrin.wgmma_ss_8bit(p.n_inst, ty.family, ty.ta, ty.tb, acc, da, db, 1)
         else:
-            inst = intrin.wgmma_ss(p.n_inst, ty.family, not a_kmaj, not b_kmaj, acc, da, db, 1)
+            inst = intrin.wgmma_ss(p.n_inst, ty.family, not a_kmaj, not b_kmaj, acc, da, db, 1, half_acc=acc16)
     body = tirx.For(nb, 0, p.wn // p.n_inst, tirx.ForKind.UNROLLED, inst)
     body = tirx.For(mb, 0, p.wm // 64, tirx.ForKind.UNROLLED, body)
     body = tirx.For(ki, 0, op.K // kstep, tirx.ForKind.UNROLLED, body)

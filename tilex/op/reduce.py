@@ -7,6 +7,11 @@ thread ends with the full result. Lowering: each thread folds the elements it ho
 (registers), then partials are combined across threads - xor shuffles for replication terms inside a warp, a
 shared-memory workspace for terms across warps. A shared-memory source is reduced by a coalesced set of threads,
 each owning whole output elements.
+
+Either operand may be a shared tile (as in TileLang, which stages such operands through fragments): a
+fragment's reduction into a shared destination runs as above in registers laid out as the projection, and one
+thread of each replica group stores (clear=False: combines with) the element; a shared source into a shared
+destination is reduced by the coalesced threads, each storing the elements it owns.
 """
 from __future__ import annotations
 
@@ -82,8 +87,8 @@ class ReduceOp(TileOp):
             raise TileOpError(f"T.reduce_{kind}: reducing {src.buffer.name}{s_shape} over dim {self.dim} gives "
                               f"{want}, but the destination {dst.buffer.name} is {d_shape}")
         self.s_shape, self.d_shape = s_shape, d_shape
-        if not is_fragment(dst.buffer):
-            raise TileOpError(f"T.reduce_{kind}: the destination must be a fragment (T.alloc_fragment), "
+        if not (is_fragment(dst.buffer) or is_shared(dst.buffer)):
+            raise TileOpError(f"T.reduce_{kind}: the destination must be a fragment or shared memory, "
                               f"got '{dst.buffer.name}' in {dst.buffer.scope()}")
         if not (is_fragment(src.buffer) or is_shared(src.buffer)):
             raise TileOpError(f"T.reduce_{kind}: the source must be a fragment or shared memory, "
@@ -131,11 +136,13 @@ class ReduceOp(TileOp):
                         raise TileOpError(f"{self.describe()}: cannot lay out {self.s_shape} over {ctx.threads} threads")
                     return {sb: plan}
                 return {}
+            if not is_fragment(db):
+                return {}  # a shared destination: stored from registers laid out as the projection
             want = self._projected(s_lay)
             have = ctx.layout_map.get(db)
             # against a layout the result already has: a conflict for inference to settle
             return {} if have is not None and have.is_equal(want) else {db: want}
-        if ctx.layout_map.get(db) is None and level == InferLevel.FREE:
+        if is_fragment(db) and ctx.layout_map.get(db) is None and level == InferLevel.FREE:
             plan = coalesced_plan(self.d_shape, ctx.threads, 1)
             if plan is None:
                 raise TileOpError(f"{self.describe()}: cannot lay out {self.d_shape} over {ctx.threads} threads")
@@ -154,23 +161,29 @@ class ReduceOp(TileOp):
     def _lower_fragment(self, ctx):
         sb, db = self.src.buffer, self.dst.buffer
         F = ctx.layout_map[sb]
-        D = ctx.layout_map[db]
         P, rep_terms = project(F, [self.dim])
-        if not D.is_equal(_reshape_1(P, self.d_shape) if len(P.input_shape) != len(self.d_shape) else P):
-            raise TileOpError(f"{self.describe()}: destination layout {D} is not the projection {P} of {F}")
+        to_shared = not is_fragment(db)
+        if to_shared:  # the result in registers laid out as the projection, then stored
+            D = _reshape_1(P, self.d_shape) if len(P.input_shape) != len(self.d_shape) else P
+        else:
+            D = ctx.layout_map[db]
+            if not D.is_equal(_reshape_1(P, self.d_shape) if len(P.input_shape) != len(self.d_shape) else P):
+                raise TileOpError(f"{self.describe()}: destination layout {D} is not the projection {P} of {F}")
         _check_digits(P, rep_terms, self.describe())
         dtype = str(db.dtype)
-        src_loc, dst_loc = ctx.remap[sb], ctx.remap[db]
+        src_loc = ctx.remap[sb]
+        dst_loc = None if to_shared else ctx.remap[db]
         n = D.local_size
-        acc = dst_loc if self.clear else tirx.decl_buffer((n,), dtype, "red_acc", scope="local")
-        stmts = [] if self.clear else [tirx.AllocBuffer(acc)]
+        in_place = self.clear and not to_shared
+        acc = dst_loc if in_place else tirx.decl_buffer((n,), dtype, "red_acc", scope="local")
+        stmts = [] if in_place else [tirx.AllocBuffer(acc)]
         s = tirx.Var("rs", "int32")
         stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(acc, _init(self.kind, dtype), [s])))
         keep = [d for d in range(len(self.s_shape)) if d != self.dim]
 
         def make(ix, _g, l_flat):
             kept = [ix[d] for d in keep] or [tirx.const(0, "int32")]
-            slot = D.local_offset(kept if len(kept) == len(D.input_shape) else _pad(kept, D), ctx.analyzer)
+            slot = D.local_offset(self._to_dst(kept), ctx.analyzer)
             v = tirx.BufferLoad(src_loc, [l_flat])
             if str(sb.dtype) != dtype:
                 v = tirx.Cast(dtype, v)
@@ -189,7 +202,9 @@ class ReduceOp(TileOp):
                 off *= 2
         if block_terms:
             stmts.extend(self._cross_warp(ctx, acc, n, dtype, block_terms, P.thread_extent))
-        if not self.clear:
+        if to_shared:
+            stmts.append(self._store_shared(ctx, D, acc))
+        elif not self.clear:
             stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(
                 dst_loc, _combine(self.kind, tirx.BufferLoad(dst_loc, [s]), tirx.BufferLoad(acc, [s])), [s])))
         return tirx.SeqStmt(stmts)
@@ -231,31 +246,76 @@ class ReduceOp(TileOp):
         # barriers: before writing (earlier readers of a reused workspace), between write and read, after reading
         return [tirx.AllocBuffer(ws), tirx.AllocBuffer(tmp), sync, write, sync] + read + [sync]
 
+    def _kept_shape(self):
+        return [e for d, e in enumerate(self.s_shape) if d != self.dim]
+
+    def _to_dst(self, kept):
+        """Destination indices of the element at kept source indices `kept` (the destination's shape may add or
+        drop unit dimensions: [X, Y] or [X, 1, Y] for a reduced middle dimension)."""
+        want = self._kept_shape() or [1]
+        if list(self.d_shape) == want:
+            return list(kept)
+        vals = [k for k, e in zip(kept, want) if e != 1]
+        return [vals.pop(0) if e != 1 else tirx.const(0, "int32") for e in self.d_shape]
+
+    def _from_dst(self, ix):
+        """The kept source indices of destination element `ix` (the inverse of `_to_dst`)."""
+        want = self._kept_shape()
+        if list(self.d_shape) == (want or [1]):
+            return list(ix[: len(want)])
+        vals = [i for i, e in zip(ix, self.d_shape) if e != 1]
+        return [vals.pop(0) if e != 1 else tirx.const(0, "int32") for e in want]
+
+    def _dst_index(self, ix):
+        """Buffer indices of the destination element `ix` (given over the destination's shape)."""
+        return [m + i for m, i in zip(self.dst.mins, ix)]
+
+    def _store_shared(self, ctx, D, acc):
+        """Store the result held in `acc` (registers laid out as `D`) into the shared destination: one thread of
+        each replica group writes an element; clear=False combines it with the element's value."""
+        db, t = self.dst.buffer, ctx.thread_var
+
+        def make(ix, _g, l_flat):
+            v = tirx.BufferLoad(acc, [l_flat])
+            if not self.clear:
+                v = _combine(self.kind, ctx.load(db, self._dst_index(ix)), v)
+            store = ctx.store(db, v, self._dst_index(ix))
+            if int(D.replicate) > 1:
+                store = tirx.IfThenElse(ctx.analyzer.simplify(D.map_thread(list(ix), 0) == t), store, None)
+            return store
+
+        return emit_by_fragment(ctx, D, 1, make, name="red_st", bounds=self.d_shape)
+
     def _lower_from_shared(self, ctx):
         sb, db = self.src.buffer, self.dst.buffer
-        D = ctx.layout_map[db]
+        to_shared = not is_fragment(db)
+        # a shared destination: each of a coalesced set of threads computes and stores whole elements
+        D = coalesced_plan(self.d_shape, ctx.threads, 1) if to_shared else ctx.layout_map[db]
         dtype = str(db.dtype)
-        dst_loc = ctx.remap[db]
-        keep = [d for d in range(len(self.s_shape)) if d != self.dim]
+        dst_loc = tirx.decl_buffer((1,), dtype, "red_val", scope="local") if to_shared else ctx.remap[db]
         j = tirx.Var("rj", "int32")
 
         def make(ix, _g, l_flat):
-            acc = _init(self.kind, dtype) if self.clear else tirx.BufferLoad(dst_loc, [l_flat])
-            full = list(ix[: len(keep)])
+            slot = tirx.const(0, "int32") if to_shared else l_flat
+            if self.clear:
+                acc = _init(self.kind, dtype)
+            else:
+                acc = ctx.load(db, self._dst_index(ix)) if to_shared else tirx.BufferLoad(dst_loc, [slot])
+            full = self._from_dst(ix)
             full.insert(self.dim, j)
             v = ctx.load(sb, self.src.index(full))
             if str(sb.dtype) != dtype:
                 v = tirx.Cast(dtype, v)
-            upd = tirx.BufferStore(dst_loc, _combine(self.kind, tirx.BufferLoad(dst_loc, [l_flat]), self._value(v)),
-                                   [l_flat])
-            return tirx.SeqStmt([tirx.BufferStore(dst_loc, acc, [l_flat]),
-                                 tirx.For(j, 0, self.s_shape[self.dim], tirx.ForKind.SERIAL, upd)])
+            upd = tirx.BufferStore(dst_loc, _combine(self.kind, tirx.BufferLoad(dst_loc, [slot]), self._value(v)),
+                                   [slot])
+            stmts = [tirx.BufferStore(dst_loc, acc, [slot]),
+                     tirx.For(j, 0, self.s_shape[self.dim], tirx.ForKind.SERIAL, upd)]
+            if to_shared:
+                stmts.append(ctx.store(db, tirx.BufferLoad(dst_loc, [slot]), self._dst_index(ix)))
+            return tirx.SeqStmt(stmts)
 
-        return emit_by_fragment(ctx, D, 1, make, name="red", bounds=self.d_shape)
-
-
-def _pad(kept, D):
-    return list(kept) + [tirx.const(0, "int32")] * (len(D.input_shape) - len(kept))
+        body = emit_by_fragment(ctx, D, 1, make, name="red", bounds=self.d_shape)
+        return tirx.SeqStmt([tirx.AllocBuffer(dst_loc), body]) if to_shared else body
 
 
 def _reshape_1(lay, shape):

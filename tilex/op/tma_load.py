@@ -36,7 +36,12 @@ def _is_vector(region: Region) -> bool:
 
 def tma_box(dst: Region):
     """(rows, cols, swizzle bytes, elements per plane) of the shared tile a tma_load fills; a vector (extents 1
-    but the last, :func:`tma_vector`) is (1, length, 0, length): one unswizzled plane."""
+    but the last, :func:`tma_vector`) is (1, length, 0, length): one unswizzled plane.
+
+    The shared buffer's layout is the wgmma layout of its two trailing dimensions (:func:`shared_layout`), so a
+    tile that is only part of them (a column slice ``KV_s[:, 64:128]``) is loaded with the buffer's swizzle, one box
+    per plane it covers: it must cover whole planes (its columns start and extend in multiples of one swizzle row)
+    from a row that is a multiple of 8."""
     bits = tvm.DataType(str(dst.buffer.dtype)).bits
     if _is_vector(dst):
         n = int(dst.extents[-1])
@@ -45,7 +50,33 @@ def tma_box(dst: Region):
     s = wgmma_swizzle_bytes(rows, cols, bits)
     if s == 0:
         raise TileOpError(f"tma_load: a ({rows}, {cols}) tile has no TMA/wgmma swizzle")
+    b_rows, b_cols = (int(e) for e in dst.buffer.shape[-2:])
+    if [b_rows, b_cols] != [rows, cols]:
+        s = wgmma_swizzle_bytes(b_rows, b_cols, bits)
+        e = s * 8 // bits
+        r0, c0 = dst.mins[-2], dst.mins[-1]
+        if s == 0 or rows % 8 or cols % e or not _multiple(r0, 8) or not _multiple(c0, e):
+            raise TileOpError(f"tma_load: {dst} is not whole swizzle planes of '{dst.buffer.name}' ({b_rows} x "
+                              f"{b_cols}): rows from a multiple of 8, columns in multiples of {e or '?'}")
     return rows, cols, s, s * 8 // bits
+
+
+def _multiple(expr, n) -> bool:
+    """Whether `expr` (an int or a PrimExpr) is provably a multiple of `n`."""
+    if isinstance(expr, int):
+        return expr % n == 0
+    return bool(tvm.sym.Analyzer().can_prove(tirx.floormod(expr, n) == 0))
+
+
+def shared_layout(dst: Region):
+    """The layout a tma_load needs on the shared buffer of `dst`: row-major for a vector, else the wgmma layout of
+    the buffer's two trailing dimensions (repeated over the leading ones)."""
+    buf = dst.buffer
+    if _is_vector(dst):  # row-major: one unswizzled box
+        return Layout([int(s) for s in buf.shape], lambda *ix: list(ix))
+    rows, cols = (int(s) for s in buf.shape[-2:])
+    want = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
+    return want.expand([int(s) for s in buf.shape[:-2]]) if len(buf.shape) > 2 else want
 
 
 def tma_bytes(dst: Region) -> int:
@@ -215,12 +246,8 @@ class TmaLoadOp(TileOp):
         return f"tma_load({self.src} -> {self.dst})"
 
     def _layout(self):
-        buf = self.dst.buffer
-        if _is_vector(self.dst):  # row-major: one unswizzled box
-            return Layout([int(s) for s in buf.shape], lambda *ix: list(ix))
-        rows, cols, _, _ = tma_box(self.dst)
-        want = make_wgmma_operand_layout(rows, cols, tvm.DataType(str(buf.dtype)).bits)
-        return want.expand([int(s) for s in buf.shape[:-2]]) if len(buf.shape) > 2 else want
+        tma_box(self.dst)  # a tile that is not whole planes of its buffer: TileOpError
+        return shared_layout(self.dst)
 
     def infer_layout(self, ctx, level):
         # a stage the consumers read only with generic loads (a T.copy into a register fragment, a T.Parallel)

@@ -8,6 +8,9 @@ import tvm
 from tvm import tirx
 
 from tilex.ir.visit import map_nodes, walk
+from tilex.op.base import is_fragment, is_local
+from tilex.op.copy import CopyOp
+from tilex.op.fill import FillOp
 from tilex.op.registry import parse_tile_op
 
 
@@ -18,26 +21,40 @@ class KernelInfo:
         self.block_extents = block_extents  # blockIdx var -> extent expr
 
 
-def _has_tile_work(body) -> bool:
-    """Whether `body` holds a tile operator or a T.Parallel loop (work whose threads tilex assigns)."""
-    found = False
+def _tile_work(body) -> tuple[list, bool]:
+    """(the tile operators in `body`, whether it holds a T.Parallel loop): the work whose threads tilex assigns."""
+    ops, parallel = [], False
 
     def on_call(node):
-        nonlocal found
-        found = found or parse_tile_op(node) is not None
+        op = parse_tile_op(node)
+        if op is not None:
+            ops.append(op)
 
     def on_for(node):
-        nonlocal found
-        found = found or node.kind == tirx.ForKind.PARALLEL
+        nonlocal parallel
+        parallel = parallel or node.kind == tirx.ForKind.PARALLEL
 
     walk(body, [(tvm.ir.Call, on_call), (tirx.For, on_for)])
-    return found
+    return ops, parallel
+
+
+def _per_thread(op) -> bool:
+    """Whether every thread performs `op` whole by itself, whatever the block's shape: a T.fill / T.clear or
+    T.copy with a per-thread (T.alloc_local) buffer and no fragment."""
+    bufs = op.buffers()
+    return isinstance(op, (FillOp, CopyOp)) and any(is_local(b) for b in bufs) and not any(is_fragment(b)
+                                                                                        for b in bufs)
 
 
 def kernel_info(func) -> KernelInfo | None:
-    """The (single) threadIdx.x var and block size of a T.Kernel program, or None if it has none. A block of
-    several thread dimensions (``threads=(32, 4)``) is for SIMT bodies that index threads themselves: it has no
-    KernelInfo (the tile passes leave it alone), and tile operators or T.Parallel loops in it are refused."""
+    """The (single) threadIdx.x var and block size of a T.Kernel program, or None if it has none.
+
+    A block of several thread dimensions (``threads=(32, 4)``) is for SIMT bodies that index threads themselves.
+    Without tile work it has no KernelInfo (the tile passes leave it alone). Tile operators that every thread
+    performs whole by itself (T.fill / T.clear / T.copy of T.alloc_local buffers, as TileLang's gemv kernels
+    write them) do not depend on the block's shape: such a kernel gets the KernelInfo of its threadIdx.x (the
+    dimension TileLang's tile operators use) and they are lowered per thread. Tile operators that spread a tile
+    over the threads (fragments, shared or global tiles) and T.Parallel loops need a 1-d block (ValueError)."""
     threads = {}
     blocks = {}
 
@@ -56,15 +73,25 @@ def kernel_info(func) -> KernelInfo | None:
     if len(threads) > 1:
         extra = {k: v[1] for k, v in threads.items() if k != "threadIdx.x"}
         if any(e != 1 for e in extra.values()):
-            if _has_tile_work(func.body):
+            ops, parallel = _tile_work(func.body)
+            if not ops and not parallel:
+                return None
+            spread = [op for op in ops if not _per_thread(op)]
+            if spread or parallel:
                 shape = tuple(threads[t][1] for t in ("threadIdx.x", "threadIdx.y", "threadIdx.z") if t in threads)
-                raise ValueError(f"tile operators and T.Parallel need a 1-d thread block (T.Kernel(..., "
-                                 f"threads=int)); this kernel has threads={shape}. Write threads="
-                                 f"{math.prod(shape)} and derive the 2-d index from "
-                                 f"T.get_thread_binding(), or keep the body SIMT")
-            return None
+                what = _describe(spread[0]) if spread else "a T.Parallel loop"
+                raise ValueError(f"tile operators that spread a tile over the threads, and T.Parallel, need a 1-d "
+                                 f"thread block (T.Kernel(..., threads=int)); this kernel has threads={shape} and "
+                                 f"{what}. Write threads={math.prod(shape)} and derive the 2-d index from "
+                                 f"T.get_thread_binding(), or keep the body SIMT (per-thread T.alloc_local "
+                                 f"buffers may be filled and copied with tile operators)")
     var, n = threads["threadIdx.x"]
     return KernelInfo(var, n, blocks)
+
+
+def _describe(op):
+    describe = getattr(op, "describe", None)
+    return describe() if describe is not None else op.op_name
 
 
 def outer_launch_chain(body):

@@ -34,7 +34,7 @@ from tilex.op.parallel import ParallelOp
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.layout_conversion import Conflict, insert_conversions
 from tilex.layout import Fragment
-from tilex.transform.op_collect import collect_fragment_views, collect_loose_fragments, collect_tile_ops
+from tilex.transform.op_collect import collect_loose_fragments, collect_tile_ops, collect_views
 from tilex.transform.thread_regions import op_threads
 
 MAX_CONVERSION_ROUNDS = 4  # a conversion's own copies can conflict in turn; more rounds than this is a bug
@@ -123,7 +123,7 @@ def layout_inference(func, target=None):
     notes = []
     for _ in range(MAX_CONVERSION_ROUNDS + 1):
         found = collect_tile_ops(func.body)
-        views = collect_fragment_views(func.body)  # layout relations between a fragment and its T.view
+        views = collect_views(func.body)  # layout relations between a fragment / shared tile and its T.view
         ops = [op for _, op in found] + [op for _, op in views]
         spans = [span_of(getattr(stmt, "value", None), stmt) for stmt, _ in found] + [span_of(d) for d, _ in views]
         conflicts = []

@@ -30,7 +30,7 @@ from tilex.op.gemm import GemmOp
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info
-from tilex.transform.op_collect import collect_fragment_views, is_parallel_nest
+from tilex.transform.op_collect import collect_views, is_parallel_nest
 from tilex.transform.thread_regions import complete_bulk_stores, region_thread
 
 #: tilex ops that may remain in a program after its tile operators are lowered (a later pass consumes them)
@@ -100,9 +100,10 @@ def lower_tile_ops(func, target=None):
                        analyzer=tvm.sym.Analyzer(), remap={})
     staged = any(op.stages_swizzled_shared(ctx) for op in _tile_ops(func.body))
     remap = ctx.remap = _physical_buffers(_allocated_buffers(func.body), layout_map, staged)
-    views = [op for _, op in collect_fragment_views(func.body)]
-    for op in views:
-        remap[op.view] = _physical_buffers([op.view], layout_map)[op.view]
+    views = [op for _, op in collect_views(func.body)]
+    for op in views:  # a shared tile's view: the same shared memory as its base's (one tile for barriers and planning)
+        remap[op.view] = op.physical_view(remap[op.base]) if is_shared(op.view) else \
+            _physical_buffers([op.view], layout_map)[op.view]
     ctx.analyzer.bind(info.thread_var, tvm.ir.Range(0, info.threads), allow_override=True)
     for var, ext in info.block_extents.items():
         ctx.analyzer.bind(var, tvm.ir.Range(0, ext), allow_override=True)
@@ -149,7 +150,7 @@ def lower_tile_ops(func, target=None):
         op = next((v for v in views if v.view.same_as(node.buffer)), None)
         if op is None:
             return node
-        # the view's registers are the base's: declared over its local array, as another element type
+        # the view's registers (shared memory) are the base's: declared over its local array (its shared buffer)
         return tirx.DeclBuffer(remap[op.view], data=remap[op.base].data)
 
     def on_attr(node, m):

@@ -7,10 +7,10 @@ from tvm import tirx
 
 from tilex.ir.visit import BufferLoadNode, walk
 
-from tilex.op.base import is_fragment
+from tilex.op.base import is_fragment, is_shared
 from tilex.op.parallel import ParallelOp
 from tilex.op.registry import parse_tile_op
-from tilex.op.view import FragmentView
+from tilex.op.view import FragmentView, SharedView
 
 
 def is_parallel_nest(node):
@@ -38,18 +38,21 @@ def collect_tile_ops(body):
     return found
 
 
-def collect_fragment_views(body):
-    """[(DeclBuffer, FragmentView)]: every T.view of a fragment (a fragment DeclBuffer over another fragment's
-    data), views of views included."""
-    frags, decls = [], []
+def collect_views(body):
+    """[(DeclBuffer, FragmentView | SharedView)]: every T.view / T.reshape of a fragment or a shared tile (a
+    DeclBuffer of that scope over another such buffer's data), views of views included."""
+    bufs, decls = [], []
+
+    def viewable(buf):
+        return is_fragment(buf) or is_shared(buf)
 
     def on_alloc(node):
-        if is_fragment(node.buffer):
-            frags.append(node.buffer)
+        if viewable(node.buffer):
+            bufs.append(node.buffer)
 
     def on_decl(node):
-        if is_fragment(node.buffer):
-            frags.append(node.buffer)
+        if viewable(node.buffer):
+            bufs.append(node.buffer)
             decls.append(node)
 
     def source(expr):  # T.view declares its buffer over tirx.buffer_data(base), the base buffer or its data
@@ -61,10 +64,10 @@ def collect_fragment_views(body):
     out = []
     for d in decls:
         src = source(d.data)
-        base = next((b for b in frags if (b.same_as(src) or b.data.same_as(src)) and not b.same_as(d.buffer)),
-                    None)
+        base = next((b for b in bufs if (b.same_as(src) or b.data.same_as(src)) and not b.same_as(d.buffer)
+                     and is_fragment(b) == is_fragment(d.buffer)), None)
         if base is not None:
-            out.append((d, FragmentView(base, d.buffer)))
+            out.append((d, FragmentView(base, d.buffer) if is_fragment(base) else SharedView(base, d.buffer)))
     return out
 
 

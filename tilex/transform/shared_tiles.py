@@ -6,8 +6,14 @@ KeepTilesApart (among TVM's passes, before ThreadSync and MergeSharedMemoryAlloc
   Produces: every ``shared.dyn`` allocation at the start of the kernel body (inside its launch scopes, in their
   original order), followed by a ``tilex.keep_alive`` statement touching all of them; another one ends the body.
 
+  A kernel whose tiles do not fit one block side by side (sm_90: 227 KB) is first given to
+  tilex.transform.shared_reuse.plan_reuse: tiles whose lifetimes do not overlap share bytes, with a reuse barrier
+  before each tile that takes over another's; the placement rides in the ``tilex.shared_placement`` attribute to
+  PlaceSharedTiles (after ThreadSync, which still plans the tiles apart). When even that does not fit, the pass
+  raises the shared-memory error naming the largest tiles and what tilex added to the program's own.
+
 DropKeepAlive (right after MergeSharedMemoryAllocations)
-  Removes the ``tilex.keep_alive`` statements.
+  Removes the ``tilex.keep_alive`` statements (and a ``tilex.shared_placement`` attribute still there).
 
 Why: MergeSharedMemoryAllocations lets two buffers share memory when the statements touching one all come after
 those touching the other (at the level of their allocation). Touched first and last in the kernel, no tile has
@@ -17,12 +23,16 @@ decode loop: one per element).
 """
 from __future__ import annotations
 
+import tvm
 from tvm import tirx
 from tvm.tirx import op as tirx_op
 
-from tilex.ir.names import KEEP_ALIVE_OP
+from tilex.ir.hardware import block_shared_memory_limit, compute_capability
+from tilex.ir.names import KEEP_ALIVE_OP, SHARED_PLACEMENT_ATTR
+from tilex.ir.shared_memory import block_footprint, buffer_bytes, shared_usage, shortfall_message
 from tilex.ir.visit import is_op_call, map_nodes, seq_items, walk
 from tilex.transform.kernel_scope import outer_launch_chain
+from tilex.transform.shared_reuse import plan_reuse
 
 
 def _is_dynamic_shared(stmt) -> bool:
@@ -58,7 +68,8 @@ def KeepTilesApart(func, mod, ctx):  # noqa: N802
         return tirx.SeqStmt(keep) if len(keep) > 1 else (keep[0] if keep else tirx.Evaluate(0))
 
     kernel = chain[-1]
-    stripped = map_nodes(kernel.body, (tirx.SeqStmt, on_seq), order="post")
+    reuse = _reuse_or_report(func, chain)
+    stripped = map_nodes(reuse.body if reuse else kernel.body, (tirx.SeqStmt, on_seq), order="post")
     if len(hoisted) < 2:
         return func  # nothing the merge could overlap
     touch = _keep_alive([a.buffer for a in hoisted])
@@ -67,7 +78,35 @@ def KeepTilesApart(func, mod, ctx):  # noqa: N802
     def on_attr(node):
         return tirx.AttrStmt(node.node, node.attr_key, node.value, body) if node.same_as(kernel) else node
 
-    return func.with_body(map_nodes(func.body, (tirx.AttrStmt, on_attr)))
+    func = func.with_body(map_nodes(func.body, (tirx.AttrStmt, on_attr)))
+    return reuse.annotate(func) if reuse else func
+
+
+def _reuse_or_report(func, chain):
+    """plan_reuse's placement for a kernel compiled for CUDA whose tiles do not fit side by side, None otherwise;
+    raises the shared-memory error when sharing bytes does not make them fit either."""
+    target = tvm.target.Target.current(allow_none=True)
+    if target is None or target.kind.name != "cuda":
+        return None
+    arch = compute_capability(target)[0]
+    limit = block_shared_memory_limit(arch)
+    usage, _ = shared_usage(func.body)
+    kernel = chain[-1]
+    blocks = [a.node.var for a in chain if a.node.thread_tag.startswith("blockIdx")]
+    scalars = [p for p in func.params if not tirx.is_buffer_var(p)]
+    reuse = plan_reuse(kernel.body, limit, usage["static"], blocks + scalars)
+    if reuse is None or reuse.fits:
+        return reuse
+    tiles = []
+
+    def on_alloc(node):
+        if str(node.buffer.scope()).startswith("shared"):
+            tiles.append((node.buffer.name, buffer_bytes(node.buffer) or 0))
+
+    walk(kernel.body, (tirx.AllocBuffer, on_alloc))
+    total = block_footprint(usage["static"], usage["dynamic"])
+    shared = block_footprint(usage["static"], reuse.size) if reuse.offsets else None
+    raise ValueError(shortfall_message(total, limit, arch, tiles, shared, reuse.why_not))
 
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.DropKeepAlive")
@@ -75,4 +114,7 @@ def DropKeepAlive(func, mod, ctx):  # noqa: N802
     def on_eval(node):
         return tirx.Evaluate(0) if is_op_call(node.value, KEEP_ALIVE_OP) else node
 
-    return func.with_body(map_nodes(func.body, (tirx.Evaluate, on_eval)))
+    func = func.with_body(map_nodes(func.body, (tirx.Evaluate, on_eval)))
+    if func.attrs is not None and SHARED_PLACEMENT_ATTR in func.attrs:  # left by a program of several kernels
+        func = func.without_attr(SHARED_PLACEMENT_ATTR)
+    return func

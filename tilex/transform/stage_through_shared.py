@@ -25,7 +25,7 @@ from tilex.layout.convert import in_same_threads
 from tilex.op.base import LayoutConversionWarning
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.layout_inference import infer_layouts, pinned_layouts
-from tilex.transform.op_collect import collect_fragment_views, collect_tile_ops
+from tilex.transform.op_collect import collect_tile_ops, collect_views
 
 
 def stage_through_shared(func, target):
@@ -36,7 +36,7 @@ def stage_through_shared(func, target):
     found = collect_tile_ops(func.body)
     if not found:
         return func
-    views = collect_fragment_views(func.body)
+    views = collect_views(func.body)
     pinned = pinned_layouts(func.body)
     conflicts = []
     try:

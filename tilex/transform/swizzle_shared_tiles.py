@@ -21,7 +21,7 @@ from tilex.op.base import is_shared
 from tilex.op.copy import CopyOp
 from tilex.op.parallel import ParallelOp
 from tilex.transform.lower_tile_ops import lower_tile_ops
-from tilex.transform.op_collect import collect_tile_ops
+from tilex.transform.op_collect import collect_tile_ops, collect_views
 
 
 def lower_with_swizzles(func, target=None):
@@ -55,9 +55,10 @@ def lower_with_swizzles(func, target=None):
 
 def _plain_tiles(func):
     """{name: buffer} of the shared tiles without a layout that only T.Parallel loops and synchronous copies use
-    (named uniquely: the model reports by name)."""
+    (named uniquely: the model reports by name), T.view-ed tiles and their views left out."""
     laid = set(func.attrs[LAYOUT_MAP_ATTR].keys()) if func.attrs is not None and LAYOUT_MAP_ATTR in func.attrs \
         else set()
+    laid |= {b for _, view in collect_views(func.body) for b in view.buffers()}  # one layout for a tile and its views
     users = {}
     for _, op in collect_tile_ops(func.body):
         for b in op.buffers():

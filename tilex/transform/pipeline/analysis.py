@@ -16,7 +16,7 @@ from tilex.op.base import is_shared
 from tilex.op.copy import CopyOp
 from tilex.op.region import READ, WRITE, Region
 from tilex.op.registry import parse_tile_op
-from tilex.transform.op_collect import collect_fragment_views
+from tilex.transform.op_collect import collect_views
 
 PIPELINE_ANNOTATIONS = (NUM_STAGES, PIPELINE_ORDER, PIPELINE_STAGE)
 
@@ -54,7 +54,7 @@ _VIEW_BASES = contextvars.ContextVar("tilex_view_bases", default={})
 @contextlib.contextmanager
 def viewing(body):
     """Within: `accesses` reports a fragment view's accesses as its base's (the views of `body`)."""
-    token = _VIEW_BASES.set({op.view: op.base for _, op in collect_fragment_views(body)})
+    token = _VIEW_BASES.set({op.view: op.base for _, op in collect_views(body)})
     try:
         yield
     finally:

@@ -14,9 +14,10 @@ Produces: tile-level IR in which each such loop is rewritten (its pipeline annot
 * none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
 
 The pipelined shared buffers are allocated once with the most stages any loop wants. If one of them is also used
-outside its pipelined loop, the kernel keeps its original, serial loops. A program that synchronizes itself
-(`tilex.transform.hopper.ws_decision.manual_synchronization`: T.ws, its own mbarriers, T.tma_copy, ...) keeps all
-its loops as written (serial), and the function attribute ``tilex.manual_synchronization`` says why.
+outside its pipelined loop, or has a T.view, the kernel keeps its original, serial loops. A program that
+synchronizes itself (`tilex.transform.hopper.ws_decision.manual_synchronization`: T.ws, its own mbarriers,
+T.tma_copy, ...) keeps all its loops as written (serial), and the function attribute
+``tilex.manual_synchronization`` says why.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tilex.ir.visit import buffers_used, map_nodes, mutate, seq_items, walk
 from tilex.transform.hopper import ws_groups, ws_loops
 from tilex.transform.hopper.ws_decision import manual_synchronization, warp_specializable
 from tilex.transform.kernel_scope import kernel_info
+from tilex.transform.op_collect import collect_views
 from tilex.transform.pipeline import cp_async, explicit
 from tilex.transform.pipeline.analysis import strip_annotations, viewing
 from tilex.transform.pipeline.context import PipelineContext
@@ -87,8 +89,8 @@ def _inject(func, target):
     body = mutate(func.body, (tirx.For, on_for))
     if not ctx.multi:
         return func.with_body(body) if not body.same_as(func.body) else func
-    # a multi-buffered buffer must not be used anywhere else in its old form
-    leftover = buffers_used(body) & set(ctx.multi)
+    # a multi-buffered buffer must not be used anywhere else in its old form (a T.view of it reads that form too)
+    leftover = (buffers_used(body) | {view.base for _, view in collect_views(body)}) & set(ctx.multi)
     if leftover:
         # used outside its pipelined loop: keep the original program (serial, correct)
         if explicit_loops:
