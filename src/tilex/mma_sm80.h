@@ -82,6 +82,14 @@ __device__ __forceinline__ void mma_m16n8k8_tf32(void* c_, const void* a_, const
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// float32 -> tf32 rounded to nearest, ties away from zero (T.tfloat32(x)); the result is a float whose 13 low
+// mantissa bits are 0, which the tf32 MMAs read exactly.
+__device__ __forceinline__ float round_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r & 0xffffe000u);
+}
+
 // 8-bit operands, m16n8k32: A (16x32, row: 4 regs of 4 bytes), B (32x8, col: 2 regs), C 4 accumulators.
 // TA / TB pick each operand's type: 0 = s8 / e4m3, 1 = u8 / e5m2. Integers accumulate in s32 (sm_80+), float8
 // in f32 (sm_89+; on an older arch a used float8 wrapper is a compile error).

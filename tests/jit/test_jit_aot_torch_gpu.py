@@ -31,7 +31,7 @@ def test_export_then_load_in_a_process_without_nvcc(tmp_path):
     assert gemm.has_binary and scale.has_binary
     gemm.export(tmp_path / "gemm")
     scale.export(tmp_path / "scale")
-    assert sorted(os.listdir(tmp_path / "gemm")) == ["kernel.cu", "kernel.json", "kernel.so"]
+    assert sorted(os.listdir(tmp_path / "gemm")) == [".tilex-export.json", "kernel.cu", "kernel.json", "kernel.so"]
     script = f"""
         import torch
         gemm = tilex.load({str(tmp_path / "gemm")!r})

@@ -166,12 +166,26 @@ def test_parallel_options():
         T.Parallel(64, coalesced_width=-1)
     with pytest.raises(NotImplementedError, match=r"T.Parallel\(loop_layout="):
         T.Parallel(64, 64, loop_layout=T.Layout((64, 64), lambda i, j: [j, i]))
-    with pytest.raises(NotImplementedError, match=r"T.Parallel\(prefer_async=True\)"):
-        T.Parallel(64, prefer_async=True)
     with pytest.raises(NotImplementedError, match="annotation 'a'"):
         T.Parallel(64, annotations={"a": 1})
     with pytest.raises(ValueError, match="extents must be positive"):
         T.Parallel(64, 0)
+
+
+def test_prefer_async_is_a_hint_with_the_same_kernel():
+    import tilex
+
+    def copy_in(prefer):
+        @T.prim_func
+        def f(A: T.Tensor((128, 64), "float16"), B: T.Tensor((128, 64), "float16")):
+            with T.Kernel(1, threads=128) as bx:
+                s = T.alloc_shared((128, 64), "float16")
+                for i, j in T.Parallel(128, 64, prefer_async=prefer):
+                    s[i, j] = A[i, j]
+                T.copy(s, B)
+        return tilex.compile(f, target="sm_90a").get_kernel_source()
+
+    assert copy_in(True) == copy_in(None)
 
 
 def test_pipelined_options():

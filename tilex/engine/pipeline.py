@@ -23,7 +23,8 @@
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
       -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
       -> ThreadBlockSwizzle        T.use_swizzle rasterization
-      -> TVM: FlattenBuffer, VectorizeLoop, StmtSimplify, SubWordFills (tilex; one-value vectors of 8/16-bit
+      -> TVM: FlattenBuffer, LegalVectorWidths (tilex; T.vectorized loops cut to 16-byte vectors), VectorizeLoop,
+              StmtSimplify, SubWordFills (tilex; one-value vectors of 8/16-bit
               elements as 32-bit words), KeepTilesApart (tilex; tiles that only fit by taking
               turns share bytes: shared_reuse.py), UnfoldRoles + ThreadSync + NamedBarriers + BulkStoreWaits
               (tilex), PlaceSharedTiles (tilex), MergeSharedMemoryAllocations, DropKeepAlive (tilex),
@@ -61,6 +62,7 @@ from tilex.transform.init_barriers import init_barriers
 from tilex.transform.coarsen_blocks import coarsen_blocks
 from tilex.transform.deepen_pipeline import deepen_pipeline
 from tilex.transform.layout_inference import layout_inference
+from tilex.transform.legal_vector_widths import LegalVectorWidths
 from tilex.transform.narrow_skinny_gemm import narrow_skinny_gemm
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.rasterization import choose_rasterization
@@ -131,6 +133,7 @@ def tvm_passes(pass_config):
         tirx.transform.FlattenBuffer(),
         tirx.transform.BF16ComputeLegalize(),
         tirx.transform.NarrowDataType(32),
+        LegalVectorWidths,  # a T.vectorized loop wider than 16 bytes: 16-byte vectors
         tirx.transform.VectorizeLoop(not bool(pass_config.get("tirx.disable_vectorize", False))),
         tirx.transform.StmtSimplify(),
         SubWordFills,  # one-value vectors of 8/16-bit elements as 32-bit words (TVM cannot print them wider)

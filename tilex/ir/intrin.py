@@ -31,6 +31,7 @@ MMA_M16N8K8 = "tilex::mma_m16n8k8"
 MMA_M16N8K16 = "tilex::mma_m16n8k16"
 MMA_M16N8K32 = "tilex::mma_m16n8k32"
 MMA_M16N8K64 = "tilex::mma_m16n8k64"
+ROUND_TF32 = "tilex::round_tf32"
 # ---- wgmma_sm90.h -------------------------------------------------------------------------------------------------
 FENCE_PROXY_ASYNC = "tilex::fence_proxy_async"
 WGMMA_FENCE = "tilex::wgmma_fence"
@@ -194,6 +195,12 @@ def ldmatrix(count, trans, dst_ptr, src_ptr):
 def mma_m16n8k8_tf32(c_ptr, a_ptr, b_ptr):
     """``mma.sync.m16n8k8`` on tf32 inputs (float32 registers as they are) accumulating into fp32 `c_ptr`."""
     return _stmt(f"{MMA_M16N8K8}_tf32", c_ptr, a_ptr, b_ptr)
+
+
+def round_tf32(x):
+    """float32 `x` rounded to tf32 (``cvt.rna.tf32.f32``: nearest, ties away from zero), as a float32 whose 13 low
+    mantissa bits are 0 (T.tfloat32(x))."""
+    return tirx.call_pure_extern("float32", ROUND_TF32, x)
 
 
 def mma_m16n8k16(in_ty, c_ptr, a_ptr, b_ptr, half_acc=False):
@@ -594,7 +601,7 @@ def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     `box` (extents innermost dimension first, one per dimension: (cols, rows) for a 2-d buffer); the kernel gets
     `tmap` as a ``__grid_constant__`` parameter for :func:`tma_load_2d` / :func:`tma_store` (rank 2..5) or
     :func:`tma_load_1d`, :func:`tma_load_3d` .. :func:`tma_load_5d`; `swizzle_bytes` 0 (row-major box), 32, 64, 128."""
-    # innermost first; the outermost extent may be symbolic (encoded per call, as cuTensorMapEncodeTiled's uint64)
+    # innermost first; extents may be symbolic (encoded per call, as cuTensorMapEncodeTiled's uint64)
     dims = [int(s) if isinstance(s, tirx.IntImm) else tirx.Cast("int64", s) for s in reversed(buffer.shape)]
     if len(box) != len(dims) or not 1 <= len(dims) <= 5:
         raise ValueError(f"encode_tensor_map: a {len(box)}-d box for a {len(dims)}-d buffer {buffer.name}")
@@ -602,11 +609,8 @@ def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     # TMA moves bytes: any 1-byte type (int8, float8, packed low-bit codes) is described as uint8
     descriptor = "uint8" if bytes_per == 1 else str(buffer.dtype)
     strides, step = [], bytes_per
-    for d in dims[:-1]:  # byte strides of dims 1 .. rank-1
-        if not isinstance(d, int):
-            raise ValueError(f"encode_tensor_map: {buffer.name} has a symbolic inner dimension; only the outermost "
-                             f"may be")
-        step *= d
+    for d in dims[:-1]:  # byte strides of dims 1 .. rank-1 (expressions of the call's sizes where symbolic)
+        step = step * d if isinstance(step, int) and isinstance(d, int) else tirx.Cast("int64", step) * d
         strides.append(step)
     return [tirx.Bind(tmap, tirx_op.tvm_stack_alloca("tensormap", 1)),
             tirx.Evaluate(tirx_op.tensormap_encode_tiled(

@@ -7,7 +7,7 @@ from tilex.language.dtypes import TYPES as _DTYPES
 
 bool = _DTYPES["bool"]  # noqa: A001 - T.bool is a dtype, as in TileLang (TVMScript's is a function)
 
-from tilex.language.atomic import atomic_add, atomic_max, atomic_min
+from tilex.language.atomic import atomic_add, atomic_addx2, atomic_addx4, atomic_max, atomic_min
 from tilex.language.layouts import Fragment, Layout, annotate_layout, make_swizzled_layout
 from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, alloc_var, reshape, view
 from tilex.language.debug import print  # noqa: A004 - T.print, as in TileLang
@@ -50,19 +50,16 @@ for _t in _lowbit.ALL_TYPES:
 del _t
 
 from tilex.language.dtypes import canonical_dtype
-from tilex.language.dtypes import TF32_NAMES, tf32_refusal
 from tilex.language.proxy import (FragmentBuffer, LocalBuffer, SharedBuffer, StridedTensor, Tensor, make_tensor,
                                   make_tensor_from_addr, ptr)
 
 
 def __getattr__(name):
     """T.int and T.float (int32, float32): dtypes kept out of this module's globals, where they would shadow the
-    builtins; T.tfloat32 (and its vector types) and TileLang's tile-scheduler classes (T.PersistentTileScheduler,
-    T.BaseTileScheduler) raise NotImplementedError naming them."""
+    builtins; TileLang's tile-scheduler classes (T.PersistentTileScheduler, T.BaseTileScheduler) raise
+    NotImplementedError naming them."""
     if name in ("int", "float"):
         return _DTYPES[name]
-    if name in TF32_NAMES:  # TileLang's TensorFloat32 types: refused by name
-        raise tf32_refusal(name)
     if name in ("PersistentTileScheduler", "BaseTileScheduler"):  # TileLang's stateful tile schedulers
         raise NotImplementedError(f"T.{name} is not supported by tilex: write the persistent loop with "
                                   f"T.Persistent(domain, wave_size, index) or a T.serial loop over the waves")

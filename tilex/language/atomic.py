@@ -6,6 +6,9 @@
   ``T.copy(C_frag, C[...])`` but combining atomically (vectorized where the GPU has vector atomics; on sm_90 a
   shared tile, and with ``use_tma=True`` a fragment through a staged shared tile, is added by the TMA unit).
 
+* ``T.atomic_addx2(C[i, 2 * j], S[i, 2 * j])`` / ``T.atomic_addx4(...)``: two / four consecutive elements starting
+  at the given ones, one vector atomic where the GPU has it (``C`` aligned to the vector).
+
 Element types: float32, float64, float16, bfloat16, int32, uint32, int64, uint64 (max/min on float16/bfloat16 use a
 compare-and-swap loop; on float32/float64 a sign-bit trick that orders negative values and -0.0 correctly).
 On one element, ``return_prev=True`` gives the value before (``old = T.atomic_add(cnt[0], 1, return_prev=True)``)
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from tilex.ir import intrin
 from tilex.language.options import as_bool, no_annotations, unsupported
-from tilex.op.atomic import ADD, MAX, MIN, atomic, is_tile
+from tilex.op.atomic import ADD, MAX, MIN, atomic, atomic_add_vector, is_tile
 
 MEMORY_ORDERS = tuple(intrin.ATOMIC_ORDERS)  # ("relaxed", "consume", "acquire", "release", "acq_rel", "seq_cst")
 
@@ -53,4 +56,24 @@ def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=Non
     return atomic(MIN, dst, value, memory_order, return_prev)
 
 
-__all__ = ["atomic_add", "atomic_max", "atomic_min"]
+def _vector_add(width, dst, value, return_prev):
+    if as_bool(f"T.atomic_addx{width}", "return_prev", return_prev):
+        unsupported(f"T.atomic_addx{width}", "return_prev", True,
+                    "the vector atomics tilex issues return nothing; use T.atomic_add(..., return_prev=True) per element")
+    return atomic_add_vector(dst, value, width)
+
+
+def atomic_addx2(dst, value, return_prev=False):
+    """Two consecutive elements added atomically: ``dst[..., j:j+2] += value[..., j:j+2]`` with ``dst`` and
+    ``value`` given as their first elements (``T.atomic_addx2(C[i, 2 * j], S[i, 2 * j])``); ``dst`` aligned to two
+    elements. float16 / bfloat16 pairs are one instruction."""
+    return _vector_add(2, dst, value, return_prev)
+
+
+def atomic_addx4(dst, value, return_prev=False):
+    """Four consecutive elements added atomically (``T.atomic_addx4(C[i, 4 * j], S[i, 4 * j])``), ``dst`` aligned to
+    four elements; float32 in global memory on sm_90 is one vector atomic."""
+    return _vector_add(4, dst, value, return_prev)
+
+
+__all__ = ["atomic_add", "atomic_max", "atomic_min", "atomic_addx2", "atomic_addx4"]

@@ -19,8 +19,10 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
 
     A 1-d nest is a TVM parallel loop; an n-d nest is a grid preceded by a marker statement that the frontend
     turns into n nested parallel loops right after parsing (TVMScript's grid frame cannot carry the kind).
-    Not implemented (NotImplementedError): ``coalesced_width``, ``loop_layout``, ``prefer_async=True``,
-    ``annotations``.
+    ``prefer_async`` (TileLang's request for cp.async copies outside pipelined loops) is accepted as a hint and does
+    nothing: tilex issues the loop's shared-memory stores as written, with the same results, and uses cp.async where
+    its own pipelining finds global-to-shared copies.
+    Not implemented (NotImplementedError): ``coalesced_width``, ``loop_layout``, ``annotations``.
     """
     api = "T.Parallel"
     if not extents:
@@ -32,8 +34,8 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
                     "the vector width comes from the loop's layout")
     if loop_layout is not None:
         unsupported(api, "loop_layout", loop_layout, "the loop's layout comes from layout inference")
-    if prefer_async is not None and as_bool(api, "prefer_async", prefer_async):
-        unsupported(api, "prefer_async", True)
+    if prefer_async is not None:
+        as_bool(api, "prefer_async", prefer_async)  # a hint (see above)
     no_annotations(api, annotations)
     if len(extents) == 1:
         return _ir.parallel(0, extents[0])

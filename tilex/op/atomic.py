@@ -112,6 +112,36 @@ def atomic_element(kind, dst, value, memory_order=None, return_prev=False):
     return intrin.atomic(intrin.atomic_name(KIND_NAMES[kind]), tirx.address_of(dst), value)
 
 
+def atomic_add_vector(dst, value, width):
+    """``tilex::atomic_add_vec`` of `width` consecutive elements: ``dst`` and ``value`` are the first elements (like
+    ``C[i, 4 * j]`` / ``S[i, 4 * j]``, or regions whose start is taken) of two buffers; the last index of each steps
+    through the `width` elements. ``dst`` (global or shared) must be aligned to `width` elements, as the hardware's
+    vector atomics need (float32 x4 and float16/bfloat16 pairs are one instruction on sm_90; others element-wise)."""
+    api = f"T.atomic_addx{width}"
+    dst, value = _first_element(api, "destination", dst), _first_element(api, "value", value)
+    _check_dst_scope(ADD, dst.source)
+    _check_dtype(ADD, dst.source, "destination")
+    dt = str(dst.source.dtype)
+    vals = []
+    for k in range(width):
+        idx = list(value.indices)
+        idx[-1] = idx[-1] + k
+        v = tirx.BufferLoad(value.source, idx)
+        vals.append(v if str(value.source.dtype) == dt else tirx.Cast(dt, v))
+    return intrin.atomic(intrin.atomic_name("add", vector_global=is_global(dst.source)), tirx.address_of(dst), *vals)
+
+
+def _first_element(api, what, obj):
+    if isinstance(obj, (BufferRegionNode, Region)):
+        region = to_region(obj)
+        return tirx.BufferLoad(region.buffer, [tirx.const(m, "int32") if isinstance(m, int) else m
+                                               for m in region.mins])
+    if isinstance(obj, BufferLoadNode) and lanes(obj) == 1:
+        return obj
+    raise TileOpError(f"{api}: the {what} must be the first of the elements, like X[i, 4 * j], got "
+                      f"{type(obj).__name__}: {obj}")
+
+
 def is_tile(obj):
     """Whether `obj` is a tile operand (a buffer or a region), not a single element."""
     return tirx.is_buffer_var(obj) or isinstance(obj, (BufferRegionNode, Region))

@@ -90,7 +90,7 @@ class TmaCopyOp(TileOp):
             if not supports(target, feature):
                 raise TileOpError(unsupported_message(target, feature, self.describe()))
         if self.is_load:
-            if not tma_eligible(self.src, self.dst):
+            if not tma_eligible(self.src, self.dst, symbolic_sizes=True):
                 raise TileOpError(f"{self.describe()}: not a TMA load: the global tensor must be contiguous with "
                                   f"static 16-byte aligned strides, of the shared tile's dtype (8/16-bit data, "
                                   f"32-bit integer words, or a 2/4-byte vector), the tile a whole 2-d box of at "

@@ -93,6 +93,21 @@ def static_strides(gb) -> bool:
                                                                           and len(gb.strides) > 0)
 
 
+def symbolic_strides_aligned(gb, bytes_per) -> bool:
+    """Whether the contiguous global tensor `gb`, whose extents may be symbolic, provably has byte strides (dims
+    0 .. rank-2) that are multiples of 16 for every value of its sizes (the host encodes its tensor map per call
+    from the call's shape)."""
+    if gb.strides is not None and len(gb.strides) > 0:
+        return False
+    analyzer = tvm.sym.Analyzer()
+    stride = tirx.const(bytes_per, "int64")
+    for d in reversed(list(gb.shape[1:])):
+        stride = stride * tirx.Cast("int64", d)
+        if not analyzer.can_prove(tirx.floormod(stride, 16) == 0):
+            return False
+    return True
+
+
 def _global_ok(gb, bytes_per) -> bool:
     """A contiguous global tensor with static strides (`static_strides`) that are multiples of 16 bytes (dims
     0 .. rank-2)."""
@@ -137,13 +152,14 @@ def tma_rows_dim(src: Region):
     return others[0] if len(others) == 1 else None
 
 
-def tma_eligible(src: Region, dst: Region):
+def tma_eligible(src: Region, dst: Region, symbolic_sizes=False):
     """Whether a global->shared copy can be a TMA load: a 2-d tile (:func:`tma_tile_eligible`) or a vector
-    (:func:`tma_vector`)."""
-    return tma_tile_eligible(src, dst) or tma_vector(src, dst)
+    (:func:`tma_vector`). With `symbolic_sizes` (an explicit T.tma_copy) any dimension of a tile's global tensor may
+    be symbolic where its strides stay provably 16-byte aligned."""
+    return tma_tile_eligible(src, dst, symbolic_sizes) or tma_vector(src, dst)
 
 
-def tma_tile_eligible(src: Region, dst: Region):
+def tma_tile_eligible(src: Region, dst: Region, symbolic_sizes=False):
     """Whether a global->shared tile copy can be a TMA load of a swizzled 2-d tile: a static, contiguous global
     tensor of rank 2..5 with 8- or 16-bit data (or 32-bit integer words) and 16-byte aligned rows (every byte stride a multiple of 16), a box that
     fits the hardware limits, and a copy region whose extents are 1 except in the last dimension (the tile's
@@ -157,13 +173,13 @@ def tma_tile_eligible(src: Region, dst: Region):
     bits = tvm.DataType(str(gb.dtype)).bits
     # 32-bit tiles: integer words only (packed low-bit codes, T.dequantize); float32 tiles keep their cp.async path
     words = bits == 32 and str(gb.dtype) in ("int32", "uint32")
-    if not (bits in (8, 16) or words) or not static_strides(gb):
+    if not (bits in (8, 16) or words):
         return False
-    stride = bits // 8
-    for d in reversed([int(s) for s in gb.shape[1:]]):  # byte strides of dims rank-2 .. 0 (TMA: multiples of 16)
-        stride *= d
-        if stride % 16:
+    if symbolic_sizes and not static_strides(gb):
+        if not symbolic_strides_aligned(gb, bits // 8):
             return False
+    elif not _global_ok(gb, bits // 8):  # byte strides of dims rank-2 .. 0 (TMA: multiples of 16)
+        return False
     try:
         rows, cols, s, e = tma_box(dst)
     except TileOpError:

@@ -114,9 +114,9 @@ def layout_inference(func, target=None):
     info = kernel_info(func)
     if info is None:
         return func
-    if not collect_tile_ops(func.body):
-        return func
     pinned, body = _take_annotations(func.body)
+    if not collect_tile_ops(body) and not pinned:
+        return func
     func = func.with_body(body)
     for buf in collect_loose_fragments(func.body):  # read or written by element outside tile operators
         pinned.setdefault(buf, Fragment.fully_replicated([int(e) for e in buf.shape], info.threads))
