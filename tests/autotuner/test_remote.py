@@ -69,6 +69,7 @@ def test_dynamic_sizes_are_not_timed_remotely():
 @pytest.mark.gpu
 def test_tuner_times_on_a_local_gpu_server():
     """Checked on the local GPU, timed through a tracker and a GPU server on this host."""
+    pytest.importorskip("tornado", reason="TVM's RPC tracker needs tornado (pip install tornado)")
     with rpc.local_tracker("tilex-test-tune") as (host, port):
         t = at.AutoTuner(tune_kernels.gemm, CONFIGS, out_idx=[2], progress=False, cache=False, record=False,
                          ref_prog=lambda a, b: (a.float() @ b.float()).half(), rep=20,

@@ -606,8 +606,11 @@ def encode_tensor_map(tmap, buffer, box, swizzle_bytes):
     if len(box) != len(dims) or not 1 <= len(dims) <= 5:
         raise ValueError(f"encode_tensor_map: a {len(box)}-d box for a {len(dims)}-d buffer {buffer.name}")
     bytes_per = tvm.DataType(str(buffer.dtype)).bits // 8
-    # TMA moves bytes: any 1-byte type (int8, float8, packed low-bit codes) is described as uint8
+    # TMA moves bytes: any 1-byte type (int8, float8, packed low-bit codes) is described as uint8, a 2-byte one
+    # other than float16 / bfloat16 (int16, uint16: no tensor-map type of their own in TVM's runtime) as float16
     descriptor = "uint8" if bytes_per == 1 else str(buffer.dtype)
+    if bytes_per == 2 and descriptor not in ("float16", "bfloat16"):
+        descriptor = "float16"
     strides, step = [], bytes_per
     for d in dims[:-1]:  # byte strides of dims 1 .. rank-1 (expressions of the call's sizes where symbolic)
         step = step * d if isinstance(step, int) and isinstance(d, int) else tirx.Cast("int64", step) * d
