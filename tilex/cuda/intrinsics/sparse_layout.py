@@ -1,7 +1,7 @@
 """The metadata of 2:4 (and, for float32, 1:2) structured sparsity as TileLang's sparse GEMM examples compress it:
 per element type (elements kept, group size), how many elements of A one metadata element indexes, and how many
-threads share a metadata value. tilex has no sparse MMA (``T.gemm_sp`` raises NotImplementedError); these are the
-format's facts, for programs that prepare such operands."""
+threads share a metadata value: the format's facts, for programs that prepare such operands (``T.gemm_sp`` reads
+them as ``tilex.op.gemm_sp`` says, rebuilding the dense A: tilex has no sparse MMA)."""
 from __future__ import annotations
 
 from tilex.language.dtypes import canonical_dtype
