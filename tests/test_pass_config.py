@@ -58,7 +58,7 @@ EXPECTED = {
     K.TL_DISABLE_LOOP_UNSWITCHING: ("no-op", True, NOTHING, None),
     K.TL_LOOP_UNSWITCHING_ALLOW_NON_TRIVIAL_ELSE: ("no-op", True, NOTHING, None),
     K.TL_IF_STMT_BINDING_INLINE_REPLAYABLE_BINDS: ("no-op", False, NOTHING, None),
-    K.TL_DISABLE_THREAD_STORAGE_SYNC: ("no-op", True, NOTHING, None),
+    K.TL_DISABLE_THREAD_STORAGE_SYNC: ("translated", True, ({"trust_program_barriers": True}, {}), None),
     K.TL_FORCE_LET_INLINE: ("no-op", True, NOTHING, None),
     K.TL_AST_PRINT_ENABLE: ("refused", False, NOTHING, True),
     K.TL_LAYOUT_VISUALIZATION_ENABLE: ("refused", False, NOTHING, True),

@@ -38,6 +38,7 @@ KNOWN = {
     "disable_bank_swizzle": "shared tiles without a layout of their own stay row-major instead of taking the swizzle the bank-conflict model synthesizes for their loads and stores",
     "num_sms": "multiprocessor count a persistent grid is sized for (default: the current GPU's, or the arch's)",
     "device_compile_flags": "extra nvcc flags for this kernel: a list of strings or one string, split like a shell command line (compile_flags=, TileLang's tl.device_compile_flags); flags that change the output file, its kind or the target arch (-o, -arch, -gencode, --ptx, ...) are a ValueError",
+    "trust_program_barriers": "the program places its own barriers (TileLang's TL_DISABLE_THREAD_STORAGE_SYNC): where a shared-memory dependency inside a branch or loop that the threads of a block may run differently would need a block barrier (which not every thread would reach), its inside keeps the program's barriers instead of the kernel being refused; tilex still adds the barriers every thread reaches",
     "kernels_output_dir": "a directory that receives the kernel's CUDA source (.cu) when nvcc compiles it, as $TILEX_DUMP_DIR does for every kernel (TileLang's cuda.kernels_output_dir)",
 }
 

@@ -324,9 +324,10 @@ HANDLING: dict[PassConfigKey, Handling] = {
         "no-op", "a rewrite that shows guarded statements to TileLang's pipeline planner (a performance choice)",
         _no_op),
     PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC: Handling(
-        "no-op", "TileLang then inserts no barriers and the program places its own; tilex always plans shared-memory "
-        "barriers (ThreadSync, tile by tile) and keeps the program's own: an extra barrier costs time, never "
-        "correctness", _no_op),
+        "translated", "-> tilex.trust_program_barriers: the program places its own barriers (TileLang then inserts "
+        "none); tilex still plans shared-memory barriers where every thread of the block reaches them, and leaves "
+        "the inside of a branch or loop the threads may run differently to the program's barriers instead of "
+        "refusing the kernel (transform/thread_sync.py)", _translate("trust_program_barriers")),
     PassConfigKey.TL_FORCE_LET_INLINE: Handling(
         "no-op", "inlines let bindings in TileLang's simplifier (the results are the same)", _no_op),
     PassConfigKey.TL_AST_PRINT_ENABLE: Handling(

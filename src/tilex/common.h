@@ -16,5 +16,6 @@
 #include "tilex/tma.h"
 #include "tilex/stream_k.h"
 #include "tilex/lowbit.h"
+#include "tilex/sub_byte.h"
 #include "tilex/dequant.h"
 #include "tilex/rng.h"

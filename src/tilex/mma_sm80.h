@@ -69,25 +69,31 @@ __device__ __forceinline__ void mma_m16n8k16_f16_acc_f16(void* c_, const void* a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// tf32 inputs, m16n8k8: A (16x8, row: 4 regs), B (8x8, col: 2 regs), C 4 floats. The float32 registers go in as
-// they are (no cvt.rna.tf32.f32): the tensor cores use the top 19 bits of each, as TileLang's float32 T.gemm does.
-__device__ __forceinline__ void mma_m16n8k8_tf32(void* c_, const void* a_, const void* b_) {
-  float* c = reinterpret_cast<float*>(c_);
-  const uint32_t* a = reinterpret_cast<const uint32_t*>(a_);
-  const uint32_t* b = reinterpret_cast<const uint32_t*>(b_);
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // float32 -> tf32 rounded to nearest, ties away from zero (T.tfloat32(x)); the result is a float whose 13 low
 // mantissa bits are 0, which the tf32 MMAs read exactly.
 __device__ __forceinline__ float round_tf32(float x) {
   uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return __uint_as_float(r & 0xffffe000u);
+}
+
+// tf32 inputs, m16n8k8: A (16x8, row: 4 regs), B (8x8, col: 2 regs), C 4 floats. Each float32 operand is rounded
+// to the nearest tf32 first (cvt.rna, idempotent on values already tf32): as TileLang stores a T.tfloat32 tile
+// rounded, and closer to float32 than the tensor cores' own reading of the register (its top 19 bits, truncated).
+__device__ __forceinline__ void mma_m16n8k8_tf32(void* c_, const void* a_, const void* b_) {
+  float* c = reinterpret_cast<float*>(c_);
+  const float* af = reinterpret_cast<const float*>(a_);
+  const float* bf = reinterpret_cast<const float*>(b_);
+  uint32_t a[4], b[2];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = __float_as_uint(round_tf32(af[i]));
+#pragma unroll
+  for (int i = 0; i < 2; ++i) b[i] = __float_as_uint(round_tf32(bf[i]));
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // 8-bit operands, m16n8k32: A (16x32, row: 4 regs of 4 bytes), B (32x8, col: 2 regs), C 4 accumulators.

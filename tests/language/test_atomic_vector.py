@@ -64,3 +64,24 @@ def test_vector_atomics_accumulate_on_the_gpu(width, dtype):
     k(idx, x, out)
     ref = torch.zeros(8, 128, device="cuda").index_add_(0, idx.long(), x.float())
     torch.testing.assert_close(out.float(), ref, atol=2e-2 if dtype == "float16" else 1e-4, rtol=1e-2)
+
+
+def test_atomics_through_an_index_tensor_are_guarded():
+    """Idx may hold the padding value 8 (one past the last row): the atomic then does not happen."""
+    src = tilex.compile(scatter_rows(4), target="sm_90a").get_kernel_source()
+    line = next(i for i, text in enumerate(src.splitlines()) if "atomic_add_vec" in text)
+    assert "if (" in "\n".join(src.splitlines()[max(0, line - 3):line])
+
+
+@pytest.mark.gpu
+def test_padding_indices_add_nothing_on_the_gpu():
+    import torch
+
+    k = tilex.compile(scatter_rows(4))
+    idx = torch.randint(0, 9, (64,), device="cuda", dtype=torch.int32)  # 8: padding, past the last row
+    x = torch.randn(64, 128, device="cuda")
+    out = torch.zeros(8, 128, device="cuda")
+    k(idx, x, out)
+    keep = idx < 8
+    ref = torch.zeros(8, 128, device="cuda").index_add_(0, idx[keep].long(), x[keep])
+    torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-4)

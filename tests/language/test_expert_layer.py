@@ -524,12 +524,7 @@ def test_access_ptr_goes_through_the_layout():
     assert "B.data, 128, 64, 2)" in str(g_ptr)
 
 
-def test_workspaces_not_supported():
-    # T.alloc_global is supported: tests/language/test_alloc_global.py
-    with pytest.raises(NotImplementedError, match="T.alloc_reducer"):
-        T.alloc_reducer((16,), "float32")
-    with pytest.raises(NotImplementedError, match="T.finalize_reducer"):
-        T.finalize_reducer(None)
+# T.alloc_global: tests/language/test_alloc_global.py; reducers: tests/op/test_reducer.py
 
 
 # ---- misuse ---------------------------------------------------------------------------------------------------------------

@@ -176,11 +176,12 @@ def test_prefer_async_is_a_hint_with_the_same_kernel():
     import tilex
 
     def copy_in(prefer):
+        ann = {"parallel_async_without_async_commit_wait": True} if prefer else None
         @T.prim_func
         def f(A: T.Tensor((128, 64), "float16"), B: T.Tensor((128, 64), "float16")):
             with T.Kernel(1, threads=128) as bx:
                 s = T.alloc_shared((128, 64), "float16")
-                for i, j in T.Parallel(128, 64, prefer_async=prefer):
+                for i, j in T.Parallel(128, 64, prefer_async=prefer, annotations=ann):
                     s[i, j] = A[i, j]
                 T.copy(s, B)
         return tilex.compile(f, target="sm_90a").get_kernel_source()

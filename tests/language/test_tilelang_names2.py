@@ -1,7 +1,7 @@
 """TileLang names that stopped its examples at import or parse time: ``tilex.tvm`` and the TVM fork's names
 (``tvm.tirx.PrimExpr``, ``expr.dtype``, ``tvm.testing.requires_package``), ``tilex.DataType``, ``T.reinterpret`` in
-both argument orders, the ``T.ptx_*`` copies, ``T.tfloat32`` (refused), ``tilex.engine.callback`` (CPU: programs
-compiled for sm_90a; T.im2col is tests/op/test_im2col.py)."""
+both argument orders, the ``T.ptx_*`` copies, ``tilex.engine.callback`` (CPU: programs compiled for sm_90a;
+T.im2col is tests/op/test_im2col.py, T.tfloat32 tests/op/test_gemm_operand_types.py)."""
 import pytest
 import tvm
 from tvm import tirx
@@ -161,27 +161,6 @@ def test_ptx_cp_async_commit_and_wait_compile():
 
     src = cuda(main)
     assert "cp_async" in src and "commit" in src and "wait" in src
-
-
-# ---- T.tfloat32 -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["tfloat32", "tfloat32x2", "tfloat32x64"])
-def test_tfloat32_is_refused_by_name(name):
-    with pytest.raises(NotImplementedError, match=f"T.{name} .TileLang's TensorFloat32"):
-        getattr(T, name)
-    with pytest.raises(NotImplementedError, match="no tf32 MMA"):
-        T.dtype(name)
-    with pytest.raises(NotImplementedError, match="T.tfloat32"):
-        T.dtype("custom[tfloat32]")
-    assert not hasattr(T, "tfloat16")  # other unknown names stay AttributeErrors
-
-
-def test_tfloat32_in_a_program_is_refused_where_written():
-    with pytest.raises(NotImplementedError, match="T.tfloat32"):
-        @T.prim_func
-        def main(A: T.Tensor((32, 32), "float32")):
-            with T.Kernel(1, threads=128) as bx:
-                S = T.alloc_shared((32, 32), T.tfloat32)
-                T.copy(A, S)
 
 
 # ---- tilex.engine.callback ------------------------------------------------------------------------------------------

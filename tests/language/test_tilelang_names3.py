@@ -2,7 +2,7 @@
 written before the kernels), ``T.Persistent`` (a persistent-tile loop), ``T.rng_init`` / ``T.rng_rand`` /
 ``T.rng_rand_float`` (Philox random numbers, ``src/tilex/rng.h``), ``T.alloc_fragment(..., scope="local")``,
 ``T.ptr`` / ``T.make_tensor`` (pointer tables), ``tilex.language.fp8``, ``tilex.cuda.intrinsics``, the private
-``_TORCH_DTYPE_TO_STR``, ``T.gemm_sp`` (refused), tile operators on per-thread buffers in a multi-dimensional
+``_TORCH_DTYPE_TO_STR``, tile operators on per-thread buffers in a multi-dimensional
 thread block, ``T.thread_binding`` of a launched index, and names bound in a ``T.vectorized`` body.
 
 CPU tests compile for sm_90a through nvcc; the ``gpu`` tests check values."""
@@ -411,7 +411,7 @@ def test_make_tensor_errors_and_ptr():
         float_address()
 
 
-# ---- tilex.language.fp8, tilex.cuda.intrinsics, _TORCH_DTYPE_TO_STR, T.gemm_sp ---------------------------------
+# ---- tilex.language.fp8, tilex.cuda.intrinsics, _TORCH_DTYPE_TO_STR ----------------------------------------------
 def test_fp8_types_of_the_platform():
     from tilex.language.fp8 import determine_fp8_type, determine_torch_fp8_type
 
@@ -469,16 +469,6 @@ def test_torch_dtype_table_and_sparse_metadata():
     assert get_e_replicate_factor(T.bfloat16) == 2
     with pytest.raises(ValueError, match="no structured-sparsity format"):
         get_e_factor("int32", "int16")
-
-
-def test_gemm_sp_is_refused_by_name():
-    with pytest.raises(NotImplementedError, match="T.gemm_sp is not supported"):
-        @T.prim_func
-        def f(A: T.Tensor((64, 32), "float16"), E: T.Tensor((64, 4), "int16"), B: T.Tensor((64, 64), "float16"),
-              C: T.Tensor((64, 64), "float32")):
-            with T.Kernel(1, threads=128) as bx:
-                c = T.alloc_fragment((64, 64), "float32")
-                T.gemm_sp(A, E, B, c)
 
 
 # ---- multi-dimensional thread blocks ---------------------------------------------------------------------------------

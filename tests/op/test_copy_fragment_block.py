@@ -1,10 +1,12 @@
-"""T.copy of a block of a register fragment (`C_l[0:bm, j*cb:(j+1)*cb]`): the sub-tiled GEMM epilogue."""
+"""T.copy of a block of a register fragment (`C_l[0:bm, j*cb:(j+1)*cb]`): the sub-tiled GEMM epilogue; other parts
+of a fragment, copied by the threads holding them."""
+import warnings
+
 import pytest
 
 import tilex
 import tilex.language as T
 from tilex.kernels.gemm import matmul
-from tilex.op.base import TileOpError
 
 
 def test_block_epilogue_reads_registers_at_the_block_offset():
@@ -41,14 +43,18 @@ def _block_program(dst_is_fragment=False, start=None, into_fragment=False):
     return main
 
 
-def test_block_must_start_at_a_multiple_of_its_extent():
-    with pytest.raises(TileOpError, match="multiple of its extent 64"):
-        tilex.compile(_block_program(start=32), target="sm_90a")
+def test_a_part_at_any_corner_is_copied_by_the_threads_holding_it():
+    # columns s .. s + 64 of the accumulator, s a variable: every register, each under a test of its column
+    src = tilex.compile(_block_program(start=32), target="sm_90a").get_kernel_source()
+    body = src[src.rfind('extern "C"'):]
+    assert "for (int cp_l = 0; cp_l < 128; ++cp_l)" in body and "< (s_ptr[0] + 64)" in body
 
 
-def test_fragment_destination_must_be_whole():
-    with pytest.raises(TileOpError, match="fragment must be copied whole"):
-        tilex.compile(_block_program(dst_is_fragment=True), target="sm_90a")
+def test_a_fragment_destination_part_is_written_by_the_threads_holding_it():
+    # columns 0 .. 64 of the wgmma accumulator are the first 32 registers of every thread, written in pairs
+    src = tilex.compile(_block_program(dst_is_fragment=True), target="sm_90a").get_kernel_source()
+    body = src[src.rfind('extern "C"'):]
+    assert "for (int cp_l = 0; cp_l < 16; ++cp_l)" in body and "*(float2*)(C_l_ptr + (cp_l * 2))" in body
 
 
 @pytest.mark.gpu
@@ -68,6 +74,9 @@ def test_block_epilogue_matches_torch(shape, c_block, dtype):
     torch.testing.assert_close(c.float() / K ** 0.5, (a.float() @ b.float()) / K ** 0.5, atol=1e-2, rtol=1e-2)
 
 
-def test_block_goes_to_shared_or_global_memory():
-    with pytest.raises(TileOpError, match="into shared or global memory"):
-        tilex.compile(_block_program(into_fragment=True), target="sm_90a")
+def test_a_block_into_another_fragment_moves_registers():
+    # D_l takes C_l's layout over the block: each thread moves its own registers 32 .. 63, no conversion
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tilex.LayoutConversionWarning)
+        src = tilex.compile(_block_program(into_fragment=True), target="sm_90a").get_kernel_source()
+    assert "D_l_ptr[cp_l] = C_l_ptr[(cp_l + 32)];" in src

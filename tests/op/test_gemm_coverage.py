@@ -449,10 +449,9 @@ def _torch():
 
 
 def _tf32(x):
-    """What the tensor cores read of float32 values given as tf32: the top 19 bits (the low 13 mantissa bits
-    dropped)."""
+    """float32 values as the tf32 MMAs take them: rounded to the nearest tf32, ties away (finite values)."""
     torch = _torch()
-    return (x.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32)
+    return ((x.contiguous().view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)
 
 
 @pytest.mark.gpu

@@ -27,7 +27,7 @@ def test_grid_becomes_one_block_per_multiprocessor():
     assert "if T.Sub(k, 0) + tile_p * 64 >= 4:" in script
     assert "if T.Sub(k, 0) > 0 and v % 32 == 0:" in script  # releases the previous stage of this tile ...
     # ... and the tile's last stage right after the final wgmma wait, before the epilogue
-    assert "tilex::mbar_arrive\", T.address_of(tma_empty[(T.Sub(tile_c * 64 + 64, 0) - 1) % 4]))" in script
+    assert "tilex::mbar_arrive\", T.address_of(tma_empty[T.Sub(tile_c * 64 + 64 + 3, 0) % 4]))" in script
 
 
 def test_block_pairs_multicast_the_shared_operand():

@@ -4,6 +4,7 @@
       -> HoistGlobalBuffers        T.alloc_global workspaces out of the kernels: the host allocates them per call
       (several T.Kernel blocks in one program: the passes below run once per kernel, transform/several_kernels.py)
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
+      -> ResolveReducers           T.alloc_reducer operations into their updates, inits and finalizes
       -> InitBarriers              T.alloc_barrier's mbarriers initialized once when the block starts
       -> MarkThreadRegions         branches on the thread index with tile operators -> thread regions (as T.ws);
                                    a program that synchronizes itself (T.ws, its own mbarriers, T.tma_copy, ...)
@@ -23,12 +24,13 @@
       -> WarpSpecialize            (sm90) producer warpgroup + consumer warpgroups, register split
       -> PersistentTiles           (sm90) persistent grid, clusters with TMA multicast, stream-K
       -> ThreadBlockSwizzle        T.use_swizzle rasterization
-      -> TVM: FlattenBuffer, LegalVectorWidths (tilex; T.vectorized loops cut to 16-byte vectors), VectorizeLoop,
+      -> TVM: FlattenBuffer, LegalVectorWidths (tilex; T.vectorized loops cut to 16-byte vectors),
+              SubByteAccesses (tilex; int4 / fp4 elements through bytes and words), VectorizeLoop,
               StmtSimplify, SubWordFills (tilex; one-value vectors of 8/16-bit
               elements as 32-bit words), KeepTilesApart (tilex; tiles that only fit by taking
               turns share bytes: shared_reuse.py), UnfoldRoles + ThreadSync + NamedBarriers + BulkStoreWaits
-              (tilex), PlaceSharedTiles (tilex), MergeSharedMemoryAllocations, DropKeepAlive (tilex),
-              CheckSharedMemory (tilex),
+              (tilex), PlaceSharedTiles (tilex), ScopeBindsForMerge (tilex), MergeSharedMemoryAllocations,
+              DropKeepAlive (tilex), CheckSharedMemory (tilex),
               SplitHostDevice, LowerThreadAllreduce (T.tvm_thread_allreduce), MakePackedAPI,
               BF16/FP8 legalization; LowerIntrin with tilex's float32 exp2 / exp rules (transform/fast_math.py:
               ex2.approx unless tilex.disable_fast_math)
@@ -45,7 +47,7 @@ from tilex.engine import nvcc  # registers TVM's CUDA compile / post-processing 
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.shared_memory import SHARED_ERROR, block_footprint, buffer_bytes, declared_tiles, shared_usage, \
     shortfall_message, shortfall_report
-from tilex.ir.source import backtrace_requested, is_located
+from tilex.ir.source import backtrace_requested, is_located, take_pass_error
 from tilex.ir.visit import walk
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
@@ -66,6 +68,7 @@ from tilex.transform.legal_vector_widths import LegalVectorWidths
 from tilex.transform.narrow_skinny_gemm import narrow_skinny_gemm
 from tilex.transform.pipeline.inject import inject_pipeline
 from tilex.transform.rasterization import choose_rasterization
+from tilex.transform.reducers import resolve_reducers
 from tilex.transform.register_operand import register_operand
 from tilex.transform.several_kernels import per_kernel, run_per_kernel
 from tilex.transform.stage_epilogue import stage_epilogue
@@ -74,9 +77,11 @@ from tilex.transform.sub_word_fills import SubWordFills
 from tilex.transform.swap_skinny_gemm import swap_skinny_gemm
 from tilex.transform.swizzle_shared_tiles import lower_with_swizzles
 from tilex.transform.shared_reuse import PlaceSharedTiles
-from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart
+from tilex.transform.sub_byte_access import SubByteAccesses
+from tilex.transform.shared_tiles import DropKeepAlive, KeepTilesApart, ScopeBindsForMerge
 from tilex.transform.thread_block_swizzle import thread_block_swizzle
 from tilex.transform.thread_regions import mark_thread_regions
+from tilex.transform.grid_sync import GridSync
 from tilex.transform.thread_sync import ThreadSync
 
 PIPELINE_NAME = "tilex"
@@ -105,6 +110,7 @@ def is_user_error(exc: BaseException) -> bool:
 
 def _tile_passes(func, target):
     func = canonicalize(func)
+    func = resolve_reducers(func)
     func = init_barriers(func)
     func = mark_thread_regions(func)
     if manual_synchronization(func.body) is None:  # a program that synchronizes itself is compiled as written
@@ -134,6 +140,7 @@ def tvm_passes(pass_config):
         tirx.transform.BF16ComputeLegalize(),
         tirx.transform.NarrowDataType(32),
         LegalVectorWidths,  # a T.vectorized loop wider than 16 bytes: 16-byte vectors
+        SubByteAccesses,  # int4 / fp4 / ... elements stored and widened through bytes and words
         tirx.transform.VectorizeLoop(not bool(pass_config.get("tirx.disable_vectorize", False))),
         tirx.transform.StmtSimplify(),
         SubWordFills,  # one-value vectors of 8/16-bit elements as 32-bit words (TVM cannot print them wider)
@@ -149,11 +156,13 @@ def tvm_passes(pass_config):
         per_kernel(NamedBarriers),  # warp-specialized kernels: consumer-only barriers
         per_kernel(BulkStoreWaits),  # TMA stores: the issuing thread waits for the shared-memory reads before barriers
         per_kernel(PlaceSharedTiles),  # tiles that take turns (KeepTilesApart planned them): one arena, their offsets
+        per_kernel(ScopeBindsForMerge),  # lets reading a local variable: a scope the merge's access finder accepts
         per_kernel(s_tir.transform.MergeSharedMemoryAllocations()),
         DropKeepAlive,
         tirx.transform.RemoveNoOp(),
         per_kernel(CheckSharedMemory),
         tirx.transform.SplitHostDevice(),
+        GridSync,  # kernels calling T.sync_grid: cooperative launch, checks (transform/grid_sync.py)
         s_tir.transform.LowerThreadAllreduce(),  # TVMScript's T.tvm_thread_allreduce (a SIMT block reduction)
         tirx.transform.MakePackedAPI(),
         tirx.transform.FP8StorageLegalize(),
@@ -212,6 +221,9 @@ def build(func: tirx.PrimFunc, target: tvm.target.Target, pass_configs: dict | N
             nvcc_error = nvcc.take_hook_error()
             if nvcc_error is not None:  # nvcc rejected the CUDA inside TVM's compile callback
                 raise nvcc_error from None
+            kept = take_pass_error()
+            if kept is not None:  # a user error one of tilex's passes raised among TVM's
+                raise kept from None
             msg = str(e)
             if SHARED_ERROR in msg:
                 raise ValueError(shortfall_report(msg)) from None

@@ -116,6 +116,9 @@ STREAMK_FIXUP = "tilex::streamk_fixup"
 DECODE_CHUNK_F16 = "tilex::decode_chunk_f16"
 DECODE_CHUNK_BF16 = "tilex::decode_chunk_bf16"
 DECODE_ONE_F32 = "tilex::decode_one_f32"
+# ---- sub_byte.h ---------------------------------------------------------------------------------------------------
+ENCODE_FLOAT_CODE = "tilex::encode_float_code"
+STORE_CODE = "tilex::store_code"
 
 #: Device functions that write global memory (a stream-K contributor must not run them).
 GLOBAL_WRITE_PREFIXES = (TMA_STORE_PREFIX, ATOMIC_PREFIX, RED_PREFIX)
@@ -193,7 +196,8 @@ def ldmatrix(count, trans, dst_ptr, src_ptr):
 
 
 def mma_m16n8k8_tf32(c_ptr, a_ptr, b_ptr):
-    """``mma.sync.m16n8k8`` on tf32 inputs (float32 registers as they are) accumulating into fp32 `c_ptr`."""
+    """``mma.sync.m16n8k8`` on tf32 inputs (float32 registers, each rounded to the nearest tf32 first)
+    accumulating into fp32 `c_ptr`."""
     return _stmt(f"{MMA_M16N8K8}_tf32", c_ptr, a_ptr, b_ptr)
 
 
@@ -769,6 +773,22 @@ def decode_one(kind, bits, exponent, mantissa, code_expr):
                             code_expr)
 
 
+# ---- sub_byte.h ---------------------------------------------------------------------------------------------------
+def encode_float_code(exponent, mantissa, value):
+    """The code (uint32) of the `exponent` / `mantissa`-bit float (1 + E + M <= 4 bits, e2m1: float4_e2m1fn)
+    nearest the float32 expression `value`, ties to even, saturated to the largest finite magnitude."""
+    exponent, mantissa = int(exponent), int(mantissa)
+    if exponent < 1 or mantissa < 0 or 1 + exponent + mantissa > 4:
+        raise ValueError(f"encode_float_code: a float of at most 4 bits, not e{exponent}m{mantissa}")
+    return tirx.call_extern("uint32", _templated(ENCODE_FLOAT_CODE, exponent, mantissa), value)
+
+
+def store_code(word_ptr, shift, mask, code):
+    """Store the low bits (`mask`) of uint32 `code` at bit `shift` of the 32-bit shared / global word at
+    `word_ptr`, the word's other bits untouched (atomically: neighbouring codes may be stored concurrently)."""
+    return _stmt(STORE_CODE, word_ptr, shift, mask, code)
+
+
 # ---- tma.h: the program's own synchronization (tilex.language.expert) ---------------------------------------------
 MBAR_EXPECT_TX = "tilex::mbar_expect_tx"
 BULK_WAIT = "tilex::bulk_wait"
@@ -816,3 +836,20 @@ def rng_rand(state):
 def rng_float(state, dist: str, bits: int):
     """The generator's next ``float{bits}`` of distribution `dist` ("uniform" in (0, 1], "normal")."""
     return tirx.call_extern(f"float{bits}", RNG_FLOATS[(dist, bits)], state)
+
+
+# ---- grid_sync.h: a barrier across the grid (T.sync_grid; not in common.h, see tilex.transform.grid_sync) --------
+SYNC_GRID = "tilex::sync_grid"
+GRID_SYNC_HEADER = "tilex/grid_sync.h"
+
+
+def sync_grid():
+    """Every thread of every block waits until all have arrived (``cooperative_groups::this_grid().sync()``); the
+    kernel must be launched cooperatively and include :data:`GRID_SYNC_HEADER` (:func:`grid_sync_include`)."""
+    return _stmt(SYNC_GRID)
+
+
+def grid_sync_include():
+    """Source marker (:func:`import_source`): ``#include`` of the grid-barrier header, written before the kernels of
+    the file by the CUDA post-processor."""
+    return import_source(f'#include "{GRID_SYNC_HEADER}"\n')

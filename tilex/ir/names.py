@@ -105,6 +105,13 @@ BARRIER_INIT_OP = "tilex.barrier_init"
 #: op ``tilex.access_ptr(BufferLoad(buf, indices), extent, rw_mask)`` (T.access_ptr): language.expert writes it,
 #: transform.lower_tile_ops turns it into TVM's ``tvm_access_ptr`` of the buffer's physical form.
 ACCESS_PTR_OP = "tilex.access_ptr"
+#: op ``tilex.reducer(r[0, ...], kind index, init mode, init value)``: after a T.alloc_reducer fragment's allocation
+#: (kind >= 0; layout inference and lowering hand the reducers to T.Parallel, transform.lower_tile_ops drops it) and
+#: at a T.reducer_init (kind -1; transform.reducers turns it into the identity fill): op.reducer writes both.
+REDUCER_MARKER = "tilex.reducer"
+#: op ``tilex.reducer_combine(r[i], v)`` (T.reducer_update's value): transform.reducers replaces it by the reducer's
+#: operation.
+REDUCER_COMBINE = "tilex.reducer_combine"
 #: op ``tilex.async_write(tvm_access_ptr(..., rw_mask=2))`` after a T.async_copy's cp.async: op.explicit_async
 #: writes it so that ThreadSync sees the tile written; transform.thread_sync removes it after planning.
 ASYNC_WRITE_OP = "tilex.async_write"
@@ -122,6 +129,11 @@ KEEP_ALIVE_OP = "tilex.keep_alive"
 #: between tiles whose lifetimes do not overlap: transform.shared_tiles writes it (KeepTilesApart, from
 #: transform.shared_reuse.plan_reuse), transform.shared_reuse reads and removes it (PlaceSharedTiles).
 SHARED_PLACEMENT_ATTR = "tilex.shared_placement"
+#: AllocBuffer annotation (int): the bytes a ``shared.dyn`` tile uses when its allocation was padded to whole KB
+#: (beside 1 KB-aligned swizzled tiles, so that TVM's merge, which packs tiles one after another, keeps those
+#: aligned): transform.lower_tile_ops writes it, transform.shared_reuse reads it (a placement of its own packs the
+#: tile at its used size, aligned by its own needs).
+SHARED_USED_BYTES = "tilex.used_bytes"
 
 _REGISTERED_INTRINSICS: set[str] = set()
 
@@ -141,5 +153,15 @@ def register_intrinsic(name, printer_name=None):
 
 
 for _marker in (PARALLEL_MARKER, PERSISTENT_MARKER, USE_SWIZZLE_OP, ANNOTATE_OP, REGION_OP, KEEP_ALIVE_OP,
-                BARRIER_INIT_OP, ACCESS_PTR_OP, ASYNC_WRITE_OP):
+                BARRIER_INIT_OP, ACCESS_PTR_OP, ASYNC_WRITE_OP, REDUCER_MARKER,
+                REDUCER_COMBINE):
     register_intrinsic(_marker)
+
+# ---- grid-wide barriers (T.sync_grid) -------------------------------------------------------------------------------
+#: launch-parameter tag of a device function (its ``tirx.kernel_launch_params``) that TVM's CUDA runtime reads as
+#: "launch cooperatively" (cuLaunchKernelEx's cooperative attribute): transform.grid_sync writes it for a kernel
+#: that calls ``tilex::sync_grid``.
+COOPERATIVE_LAUNCH = "tirx.use_cooperative_launch"
+#: device-function attribute listing TVM's launch parameters (thread tags, then the dynamic shared-memory tag):
+#: TVM's SplitHostDevice writes it, transform.grid_sync adds COOPERATIVE_LAUNCH to it.
+KERNEL_LAUNCH_PARAMS = "tirx.kernel_launch_params"

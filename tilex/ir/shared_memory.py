@@ -8,6 +8,7 @@ import contextvars
 import tvm
 from tvm import tirx
 
+from tilex.ir.names import SHARED_USED_BYTES
 from tilex.ir.visit import walk
 
 
@@ -26,6 +27,13 @@ def buffer_bits(buf) -> int | None:
 def buffer_bytes(buf) -> int | None:
     bits = buffer_bits(buf)
     return None if bits is None else (bits + 7) // 8
+
+
+def used_bytes(alloc) -> int | None:
+    """The bytes the tile of AllocBuffer statement `alloc` uses: its buffer's, or less where LowerTileOps padded it
+    to whole KB (the ``tilex.used_bytes`` annotation); ``None`` when its shape is not constant."""
+    used = alloc.annotations.get(SHARED_USED_BYTES) if alloc.annotations is not None else None
+    return int(used) if used is not None else buffer_bytes(alloc.buffer)
 
 
 def shared_usage(stmt):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import threading
 import warnings
 
 from tvm import ir
@@ -138,3 +139,19 @@ def is_located(exc: BaseException) -> bool:
     """Whether `exc` names its place in the user's program (set by :func:`add_location`)."""
     return getattr(exc, LOCATION_ATTR, None) is not None
 
+
+_kept = threading.local()
+
+
+def keep_pass_error(exc: BaseException) -> BaseException:
+    """`exc`, kept for :func:`take_pass_error`: a user error a tilex pass raises inside TVM's pass manager, which
+    gives back a plain RuntimeError; the engine re-raises the kept one, its type intact."""
+    _kept.error = exc
+    return exc
+
+
+def take_pass_error() -> BaseException | None:
+    """The error :func:`keep_pass_error` kept last in this thread (once), if any."""
+    err = getattr(_kept, "error", None)
+    _kept.error = None
+    return err

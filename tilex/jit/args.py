@@ -1,5 +1,12 @@
 """What a compiled kernel's parameters are (ParamSpec) and the checks of a call's arguments (ArgChecker): count,
-type, dtype, shape, strides, device; symbolic dimensions bound consistently; outputs named by `out_idx`."""
+type, dtype, shape, strides, device; symbolic dimensions bound consistently; outputs named by `out_idx`.
+
+Sub-byte parameters (``T.Tensor((M, K), "int4")``, uint4, float4_e2m1fn, the 1- and 2-bit types) take their values
+packed as TileLang passes them: a contiguous 8-bit torch tensor (int8 or uint8; torch.float4_e2m1fn_x2 for
+float4_e2m1fn) whose last dimension holds ``8 // bits`` values a byte, lowest bits first, so an (M, K) int4
+parameter is an (M, K // 2) int8 tensor. The call hands the kernel a view of it under the logical dtype and shape
+(:func:`logical_view`); outputs of such a type are allocated packed the same way.
+"""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -7,11 +14,52 @@ from typing import Any, Sequence
 from tilex.jit.dtypes import tvm_to_torch_dtype
 from tilex.jit.launcher import caller_factory, dtype_triple, encode_recipe
 
-__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "first_bindings", "recipe_shape", "DATA_ALIGNMENT"]
+__all__ = ["ParamSpec", "ArgChecker", "normalize_out_idx", "first_bindings", "recipe_shape", "DATA_ALIGNMENT",
+           "packing_of", "packed_storage_dtypes", "logical_view"]
 
 #: Bytes every tensor argument's data pointer must be a multiple of: the widest access a tilex kernel makes
 #: (16-byte vector loads / stores, cp.async and TMA boxes all need it).
 DATA_ALIGNMENT = 16
+
+
+def packing_of(dtype) -> int:
+    """How many values of `dtype` one byte of its torch storage holds: ``8 // bits`` for the 1-, 2- and 4-bit
+    types (int4: 2), 1 for every type of a byte or more. TypeError for a sub-byte type whose values do not fill a
+    byte exactly (3, 5, 6, 7 bits): it has no packed torch storage."""
+    import tvm_ffi
+
+    t = tvm_ffi.core.DataType(str(dtype))
+    bits = t.bits * t.lanes
+    if bits >= 8 or str(dtype) == "bool":
+        return 1
+    if 8 % bits:
+        raise TypeError(f"tilex: a {dtype} tensor parameter has no torch storage ({bits}-bit values do not fill a "
+                        f"byte); pass the codes packed in a uint8 / int32 tensor parameter instead")
+    return 8 // bits
+
+
+def packed_storage_dtypes(dtype) -> tuple:
+    """The torch dtypes a packed `dtype` parameter accepts, the one its outputs are allocated with first: int8 for
+    signed types (as TileLang's int4), uint8 for unsigned ones, torch.float4_e2m1fn_x2 (where torch has it) or
+    int8 for float4_e2m1fn; each accepts int8 and uint8."""
+    import torch
+
+    name = str(dtype)
+    first = torch.uint8 if name.startswith("uint") else torch.int8
+    if name.startswith("float4_e2m1fn"):
+        fp4 = getattr(torch, "float4_e2m1fn_x2", None)
+        if isinstance(fp4, torch.dtype):
+            return (fp4, torch.int8, torch.uint8)
+    return tuple(dict.fromkeys((first, torch.int8, torch.uint8)))
+
+
+def logical_view(tensor, shape, dtype):
+    """A tvm-ffi tensor over `tensor`'s memory (a contiguous packed torch tensor) with the logical `shape` and
+    sub-byte `dtype` the kernel declares (no copy; it keeps `tensor` alive)."""
+    import tvm_ffi
+
+    create_view = tvm_ffi.get_global_func("runtime.TVMTensorCreateView")
+    return create_view(tvm_ffi.from_dlpack(tensor), tvm_ffi.Shape([int(d) for d in shape]), str(dtype), 0)
 
 class ParamSpec:
     """What the PrimFunc declares for one parameter.
@@ -19,12 +67,16 @@ class ParamSpec:
     ``kind`` is ``"buffer"`` or ``"scalar"``. For buffers ``shape``/``strides`` hold, per dimension, an
     ``int`` (static), ``("sym", slot, name)`` (a symbolic variable, bound on first use) or ``None``
     (an expression that is not checked here; TVM's generated host code still checks it).
-    ``strides`` is ``None`` for a compact (contiguous) buffer.
+    ``strides`` is ``None`` for a compact (contiguous) buffer. ``pack`` is the number of values one byte of the
+    torch tensor holds (:func:`packing_of`: 2 for int4, 1 for a type of a byte or more); a packed parameter has no
+    ``torch_dtype`` (torch has no such element type) and takes one of ``storage`` (:func:`packed_storage_dtypes`)
+    with its last dimension divided by ``pack``.
     """
 
-    __slots__ = ("index", "name", "kind", "dtype", "torch_dtype", "shape", "strides", "is_output", "var")
+    __slots__ = ("index", "name", "kind", "dtype", "torch_dtype", "shape", "strides", "is_output", "var", "pack",
+                 "storage")
 
-    def __init__(self, index, name, kind, dtype, torch_dtype, shape, strides, is_output, var):
+    def __init__(self, index, name, kind, dtype, torch_dtype, shape, strides, is_output, var, pack=1, storage=()):
         self.index = index
         self.name = name
         self.kind = kind
@@ -34,6 +86,8 @@ class ParamSpec:
         self.strides = strides
         self.is_output = is_output
         self.var = var
+        self.pack = pack
+        self.storage = storage
 
     def __repr__(self):
         def fmt(dims):
@@ -111,7 +165,15 @@ class ArgChecker:
                     tdt = None
                 shape = tuple(self._dim(d) for d in p.shape)
                 strides = tuple(self._dim(d) for d in p.strides) if len(p.strides) else None
-                specs.append(ParamSpec(i, p.name, "buffer", dtype, tdt, shape, strides, is_out, p))
+                try:
+                    pack = packing_of(dtype) if tdt is None else 1
+                except TypeError:
+                    pack = 1  # refused at the call (no torch storage), as before
+                storage = packed_storage_dtypes(dtype) if pack > 1 else ()
+                if pack > 1 and not shape:
+                    raise TypeError(f"tilex: parameter '{p.name}' is a 0-d {dtype} tensor; a {dtype} tensor is "
+                                    f"passed packed along its last dimension, so it needs at least one")
+                specs.append(ParamSpec(i, p.name, "buffer", dtype, tdt, shape, strides, is_out, p, pack, storage))
             else:
                 if is_out:
                     raise ValueError(f"tilex: out_idx {i} names scalar parameter '{p.name}'; "
@@ -130,8 +192,12 @@ class ArgChecker:
                 if isinstance(d, tuple):
                     self._known_before_outputs.add(d[1])
         for s in self.outputs:
-            if s.torch_dtype is None:
+            if s.torch_dtype is None and s.pack == 1:
                 raise TypeError(f"tilex: output '{s.name}' has dtype {s.dtype}, which torch cannot allocate")
+            if s.pack > 1 and not (s.shape[-1].__class__ is int and s.shape[-1] % s.pack == 0):
+                raise ValueError(f"tilex: cannot allocate output '{s.name}' ({s.dtype}, shape "
+                                 f"{self._fmt_shape(s.shape)}) packed {s.pack} values a byte: its last dimension "
+                                 f"must be a constant multiple of {s.pack}; pass it as an input instead")
             for d in s.shape:
                 if d is None or (isinstance(d, tuple) and d[1] not in self._known_before_outputs):
                     name = "an expression" if d is None else f"'{d[2]}'"
@@ -162,6 +228,8 @@ class ArgChecker:
         tensor_pos = tuple(pos for s, pos in self._buf_plan)
         first = tensor_pos[0] if tensor_pos else None
         place = {s.index: pos for s, pos in self._in_plan}
+        if any(s.pack > 1 for s, _ in self._buf_plan) or any(s.pack > 1 for s in self.outputs):
+            return None  # packed sub-byte tensors are passed as logical views: the checked path makes them
         outs = [(recipe, s.torch_dtype) for recipe, s in zip(self.output_recipes(), self.outputs)]
         if outs and first is None:
             return None
@@ -273,7 +341,14 @@ class ArgChecker:
                 continue
             if not isinstance(a, Tensor):
                 raise self._err(TypeError, s, pos, f"expected a torch.Tensor, got {type(a).__name__}")
+            if s.pack > 1:
+                full[s.index] = self._packed(s, pos, a, bound)
+                continue
             if a.dtype != s.torch_dtype:
+                if s.torch_dtype is None:
+                    raise self._err(TypeError, s, pos, f"a {s.dtype} tensor parameter cannot be passed from torch "
+                                    f"(got {a.dtype}): torch has no such dtype and its values do not pack whole "
+                                    f"into bytes; pass them packed in a uint8 / int32 tensor parameter instead")
                 raise self._err(TypeError, s, pos, f"expected dtype {s.dtype}, got {a.dtype}")
             shp = a.shape
             static = self._static_shapes[s.index]
@@ -325,10 +400,55 @@ class ArgChecker:
         outs = []
         for s in self.outputs:
             shape = [d if d.__class__ is int else bound[d[1]] for d in s.shape]
-            t = torch.empty(shape, dtype=s.torch_dtype, device=device)
-            full[s.index] = t
+            if s.pack > 1:
+                t = torch.empty(shape[:-1] + [shape[-1] // s.pack], dtype=s.storage[0], device=device)
+                full[s.index] = logical_view(t, shape, s.dtype)
+            else:
+                t = torch.empty(shape, dtype=s.torch_dtype, device=device)
+                full[s.index] = t
             outs.append(t)
         return full, (outs[0] if self._single_output else tuple(outs))
+
+    def _packed(self, s, pos, a, bound):
+        """Check the packed torch tensor `a` of sub-byte parameter `s` (see the module docstring) and return the
+        logical view the kernel takes."""
+        want = self._fmt_shape(s.shape[:-1] + (self._packed_dim(s.shape[-1], s.pack),))
+        if a.dtype not in s.storage:
+            raise self._err(TypeError, s, pos, f"expected {s.dtype} values packed {s.pack} a byte (TileLang's "
+                            f"storage): a {' / '.join(str(d) for d in s.storage)} tensor of shape {want}, "
+                            f"got {a.dtype}")
+        shp = tuple(a.shape)
+        if len(shp) != len(s.shape):
+            raise self._err(ValueError, s, pos, f"expected a {len(s.shape)}-d tensor of packed shape {want} "
+                            f"({s.dtype} {self._fmt_shape(s.shape)}, {s.pack} values a byte), got shape {shp}")
+        logical = list(shp[:-1]) + [shp[-1] * s.pack]
+        last = s.shape[-1]
+        if last.__class__ is int and last % s.pack:
+            raise self._err(ValueError, s, pos, f"a {s.dtype} tensor of shape {self._fmt_shape(s.shape)} cannot be "
+                            f"passed packed: its last dimension is not a multiple of {s.pack} values a byte")
+        for k, d in enumerate(s.shape):
+            if d.__class__ is int:
+                if logical[k] != d:
+                    raise self._err(ValueError, s, pos, f"expected packed shape {want} ({s.dtype} "
+                                    f"{self._fmt_shape(s.shape)}, {s.pack} values a byte along the last "
+                                    f"dimension), got {shp}")
+            elif d is not None:
+                self._bind(s, pos, d, logical[k], bound, f"dimension {k}" +
+                           (f" (packed: {shp[k]} bytes of {s.pack} values)" if k == len(shp) - 1 else ""))
+        if s.strides is not None or not a.is_contiguous():
+            if s.strides is not None:
+                raise self._err(ValueError, s, pos, f"a strided {s.dtype} parameter is not supported: packed "
+                                f"sub-byte tensors are passed contiguous")
+            raise self._err(ValueError, s, pos, f"expected a contiguous packed tensor, got strides {a.stride()} "
+                            f"for shape {shp} (call .contiguous())")
+        return logical_view(a, logical, s.dtype)
+
+    @staticmethod
+    def _packed_dim(d, pack):
+        """The packed extent of a last dimension `d` (a spec dimension) as it prints."""
+        if d.__class__ is int:
+            return d // pack if d % pack == 0 else f"{d}/{pack}"
+        return f"{d[2]}/{pack}" if isinstance(d, tuple) else "?"
 
     def _check_dims(self, s, pos, shp, bound):
         for k, d in enumerate(s.shape):

@@ -13,14 +13,16 @@ from tilex.language.allocate import alloc_fragment, alloc_local, alloc_shared, a
 from tilex.language.debug import print  # noqa: A004 - T.print, as in TileLang
 from tilex.language.kernel import Kernel, get_thread_binding, sync_threads
 from tilex.language.rasterize import use_swizzle
-from tilex.language.expert import (access_ptr, alloc_barrier, alloc_global, alloc_reducer, annotate_consumer_reg_alloc,
+from tilex.language.expert import (access_ptr, alloc_barrier, alloc_global, annotate_consumer_reg_alloc,
                                    annotate_producer_reg_dealloc, async_copy, barrier_arrive, barrier_wait,
-                                   dec_max_nreg, disable_warp_group_reg_alloc, fence_proxy_async, finalize_reducer,
+                                   dec_max_nreg, disable_warp_group_reg_alloc, fence_proxy_async,
                                    inc_max_nreg, mbarrier_arrive, mbarrier_arrive_expect_tx, mbarrier_expect_tx,
                                    mbarrier_wait_parity, named_barrier_arrive, no_set_max_nreg, ptx_commit_group,
                                    ptx_wait_group, set_max_nreg, tma_copy, tma_store_arrive, tma_store_wait,
                                    wait_wgmma, wgmma_gemm, ws)
 from tilex.language.expert import cp_async_barrier_noinc, ptx_cp_async
+from tilex.language.expert import sync_grid
+from tilex.language.reducer import alloc_reducer, finalize_reducer, reducer_init, reducer_update
 from tilex.language.symbolic import dynamic, symbolic
 from tilex.language.random import rng_init, rng_rand, rng_rand_float
 from tilex.language.eager import const, empty

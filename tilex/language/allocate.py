@@ -14,10 +14,14 @@ VAR_SCOPES = ("local.var", "local")
 
 
 def alloc_shared(shape, dtype="float16", scope="shared.dyn"):
-    """A tile in (dynamic) shared memory, visible to the whole block."""
+    """A tile in (dynamic) shared memory, visible to the whole block. A one-element tile (a block-wide scalar) is
+    static shared memory: TVM 0.27's merge of the dynamic tiles fails on a one-element tile beside others."""
     if scope not in SHARED_SCOPES:
         unsupported("T.alloc_shared", "scope", scope, f"shared tiles live in one of {SHARED_SCOPES}")
-    return _ir.alloc_buffer(_shape("T.alloc_shared", shape), canonical_dtype(dtype), scope=scope)
+    dims = _shape("T.alloc_shared", shape)
+    if scope == "shared.dyn" and all(_is_one(d) for d in dims):
+        scope = "shared"
+    return _ir.alloc_buffer(dims, canonical_dtype(dtype), scope=scope)
 
 
 def alloc_fragment(shape, dtype="float32", scope=FRAGMENT_SCOPE):
@@ -76,6 +80,10 @@ def alloc_var(dtype="float32", *args, scope="local.var", init=None):
         value = tirx.const(init, dtype) if isinstance(init, (int, float)) else init
         _ir.buffer_store(var.source if hasattr(var, "source") else var, value, [0])
     return var
+
+
+def _is_one(extent) -> bool:
+    return (isinstance(extent, int) and extent == 1) or getattr(extent, "value", None) == 1
 
 
 def _shape(api, shape):

@@ -15,6 +15,14 @@ it hashes like that string, and every API that takes a dtype name (TVM's FFI, ``
 dtype object, a TVMScript dtype constructor, a torch dtype, a numpy dtype or the Python types ``bool`` / ``int`` /
 ``float``. ``T.float8_e4m3`` keeps its name (``== "float8_e4m3"``, as in TileLang); :func:`canonical_dtype`, which
 tilex's allocation and annotation functions apply, turns it into the ``float8_e4m3fn`` TVM's codegen knows.
+
+``T.tfloat32`` (and ``T.tfloat32x2`` .. ``x64``; ``T.dtype("tfloat32")`` / ``"custom[tfloat32]"``) is TileLang's
+TensorFloat32, a :class:`TensorFloat32` over float32 storage (TVM 0.27 has no tf32 type): a buffer or tensor of it
+is a float32 one (torch.float32 arguments, as in TileLang), a T.gemm over it runs on the tf32 tensor cores (the
+float32 gemm of ``tilex.op.mma_types``), and ``T.tfloat32(x)`` rounds `x` to tf32 (``cvt.rna.tf32.f32``: nearest,
+ties away from zero). Unlike TileLang, a store into a tfloat32 buffer and arithmetic on its elements are float32:
+values keep their low mantissa bits until an MMA reads them (each operand is then rounded to the nearest tf32,
+the value TileLang's store would have kept) or a ``T.tfloat32(x)`` rounds them.
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ from tvm import ir, tirx
 from tvm.tirx.script.builder import ir as _script
 
 from tilex import dtypes as lowbit
+from tilex.ir import intrin
 
 #: TileLang spelling -> TVM dtype (TVM's codegen has no plain "float8_e4m3"; CUDA's __nv_fp8_e4m3 is e4m3fn)
 ALIASES = {"float8_e4m3": "float8_e4m3fn"}
@@ -56,8 +65,10 @@ class dtype(tvm_ffi.dtype):  # noqa: N801 - TileLang's spelling (T.dtype)
     __slots__ = ()
 
     def __new__(cls, value):
-        if type(value) is cls:
+        if isinstance(value, cls):
             return value
+        if cls is dtype and isinstance(value, str) and tf32_lanes(value):
+            return TensorFloat32(value)
         return super().__new__(cls, _name_of(value))
 
     def __reduce__(self):
@@ -123,13 +134,91 @@ class dtype(tvm_ffi.dtype):  # noqa: N801 - TileLang's spelling (T.dtype)
         raise AttributeError(f"{type(self).__name__} {str(self)!r} has no attribute {name!r}")
 
 
+class TensorFloat32(dtype):
+    """TileLang's TensorFloat32 element type (``T.tfloat32``, ``T.tfloat32x2`` .. ``x64``) over float32 storage: the
+    string is the float32 name TVM takes (``T.tfloat32 == "float32"``, ``T.tfloat32x4 == "float32x4"``), so buffers,
+    tensors and gemms of it are float32 ones (see the module docstring); ``.name`` is TileLang's spelling. Called,
+    it rounds to tf32: ``T.tfloat32(x)`` is `x` (cast to float32) rounded by ``cvt.rna.tf32.f32``, a constant
+    rounded the same way in Python, ``T.tfloat32()`` a new float32 variable."""
+
+    __slots__ = ()
+
+    def __new__(cls, value="tfloat32"):
+        if isinstance(value, cls):
+            return value
+        lanes = tf32_lanes(value) if isinstance(value, str) else None
+        if lanes is None:
+            raise ValueError(f"TensorFloat32: {value!r} is not a tfloat32 name (tfloat32, tfloat32x2 .. x64, "
+                             f"custom[tfloat32])")
+        return tvm_ffi.dtype.__new__(cls, "float32" if lanes == 1 else f"float32x{lanes}")
+
+    @property
+    def name(self) -> str:
+        """TileLang's name: ``"tfloat32"`` or ``"tfloat32x<lanes>"``."""
+        return "tfloat32" if self.lanes == 1 else f"tfloat32x{self.lanes}"
+
+    def __repr__(self):
+        return f"dtype({self.name!r})"
+
+    def __reduce__(self):
+        return TensorFloat32, (self.name,)
+
+    def __call__(self, *values, is_size_var=False):
+        if is_size_var or not values:
+            return super().__call__(is_size_var=is_size_var)  # a new float32 variable (or the SizeVar refusal)
+        if len(values) != self.lanes:
+            raise ValueError(f"T.{self.name}: {len(values)} values given for {self.lanes} lane(s); a vector is "
+                             f"built from one value per lane")
+        if self.lanes > 1:
+            lane = TensorFloat32("tfloat32")
+            return tirx.Shuffle([lane(v) for v in values], [tirx.const(i, "int32") for i in range(len(values))])
+        value = values[0]
+        if isinstance(value, str):
+            value = builtins.float(value)
+        if isinstance(value, np.generic):
+            value = value.item()
+        if isinstance(value, (builtins.int, builtins.float)):
+            return tirx.const(round_tf32(value), "float32")
+        if isinstance(value, tirx.FloatImm):
+            return tirx.const(round_tf32(value.value), "float32")
+        if str(value.dtype) != "float32":
+            value = _script.cast(value, "float32")
+        return intrin.round_tf32(value)
+
+
+def tf32_lanes(name: str) -> int | None:
+    """The lanes of TileLang's TensorFloat32 type `name` (``tfloat32`` -> 1, ``tfloat32x4`` /
+    ``custom[tfloat32]x4`` -> 4), None for any other name."""
+    for base in ("tfloat32", "custom[tfloat32]"):
+        if name == base:
+            return 1
+        if name.startswith(base + "x") and name[len(base) + 1:].isdigit():
+            lanes = builtins.int(name[len(base) + 1:])
+            return lanes if lanes in (2, 4, 8, 16, 32, 64) else None
+    if name == "custom[tfloat32]32":  # TVM's full spelling of the custom type (32 bits)
+        return 1
+    return None
+
+
+def round_tf32(value: builtins.float) -> builtins.float:
+    """`value` rounded to tf32 as ``cvt.rna.tf32.f32`` does (float32 first; the 13 low mantissa bits rounded to
+    nearest, ties away from zero; infinities and NaN unchanged)."""
+    bits = np.array([value], dtype=np.float32).view(np.uint32)[0]
+    if (bits & 0x7F800000) != 0x7F800000:  # finite
+        bits = np.uint32((builtins.int(bits) + 0x1000) & 0xFFFFE000)
+    return builtins.float(np.array([bits], dtype=np.uint32).view(np.float32)[0])
+
+
 def canonical_dtype(value):
     """`value` (a dtype name, a :class:`dtype`, a TVMScript dtype constructor, a torch / numpy dtype) as the
-    :class:`dtype` TVM's codegen takes, TileLang's aliases resolved (``float8_e4m3`` -> ``float8_e4m3fn``); a
-    ``tvm.ir.Type`` is returned unchanged. ValueError / TypeError name an unknown or unusable dtype."""
+    :class:`dtype` TVM's codegen takes, TileLang's aliases resolved (``float8_e4m3`` -> ``float8_e4m3fn``,
+    ``tfloat32`` -> its float32 storage); a ``tvm.ir.Type`` is returned unchanged. ValueError / TypeError name an
+    unknown or unusable dtype."""
     if isinstance(value, ir.Type):
         return value
     d = dtype(value)
+    if isinstance(d, TensorFloat32):
+        return dtype(str(d))
     return dtype(ALIASES[d]) if d in ALIASES else d
 
 
@@ -143,25 +232,18 @@ def is_dtype_like(value) -> builtins.bool:
     return True
 
 
-#: TileLang's TensorFloat32 types (``T.tfloat32``, ``T.tfloat32x2`` .. ``x64``; named ``custom[tfloat32]`` there),
-#: which tilex refuses by name (:func:`tf32_refusal`)
+#: TileLang's TensorFloat32 types (``T.tfloat32``, ``T.tfloat32x2`` .. ``x64``; named ``custom[tfloat32]`` there):
+#: :class:`TensorFloat32` objects
 TF32_NAMES = ("tfloat32", *(f"tfloat32x{n}" for n in (2, 4, 8, 16, 32, 64)))
 
 
-def tf32_refusal(name: str) -> NotImplementedError:
-    """The NotImplementedError for TileLang's TensorFloat32 type `name`."""
-    return NotImplementedError(
-        f"T.{name} (TileLang's TensorFloat32 element type: float32 storage whose values are rounded to tf32, "
-        f"multiplied by tf32 tensor-core MMAs) is not supported by tilex: TVM 0.27 has no tf32 dtype and tilex's "
-        f"T.gemm has no tf32 MMA (its operands are float16, bfloat16, float8 or int8 tiles)")
-
-
 def _name_of(value) -> str:
-    """The TVM dtype name `value` stands for (see :class:`dtype`)."""
+    """The TVM dtype name `value` stands for (see :class:`dtype`; a tfloat32 name: its float32 storage)."""
     if isinstance(value, str):
         name = C_NAMES.get(str(value), str(value))
-        if name in TF32_NAMES or name.startswith("custom[tfloat32]"):
-            raise tf32_refusal(name if name in TF32_NAMES else "tfloat32")
+        lanes = tf32_lanes(name)
+        if lanes:
+            name = "float32" if lanes == 1 else f"float32x{lanes}"
     elif isinstance(value, _script.DtypeConstructor):
         name = value._dtype_str  # noqa: SLF001 - TVMScript's constructor names its dtype there
     elif value is _script.boolean:  # TVMScript's T.bool
@@ -228,6 +310,7 @@ _SHORTHANDS = ("f16", "f32", "f64", "bf16", "i8", "i16", "i32", "i64", "u8", "u1
 def _exported_names():
     names = [n for n, v in vars(_script).items() if isinstance(v, _script.DtypeConstructor)]
     names += ["bool", "int4", "bfloat16x2", *(n for n in C_NAMES if n != "ulong")]  # T.dtype("ulong") only
+    names += TF32_NAMES
     for t in lowbit.ALL_TYPES:  # the 1..8-bit integers and float8 types TVM has (T.int3, T.uint4, ...)
         if tvm_ffi.dtype.is_dtype(t.name):
             names.append(t.name)

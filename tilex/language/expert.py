@@ -28,7 +28,9 @@ Explicit MMA
 Workspaces
   ``T.access_ptr`` (the address of a buffer element, with its access mask, through the buffer's layout);
   ``T.alloc_global`` (a global-memory workspace the host allocates for each call, shared by the program's
-  kernels); ``T.alloc_reducer``, ``T.finalize_reducer`` raise NotImplementedError (see each).
+  kernels).
+Grid barrier
+  ``T.sync_grid`` (every thread of every block; the kernel is launched cooperatively, `tilex.transform.grid_sync`).
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ __all__ = ["alloc_barrier", "barrier_arrive", "barrier_wait", "mbarrier_wait_par
            "ptx_commit_group", "ptx_wait_group",
            "ws", "set_max_nreg", "inc_max_nreg", "dec_max_nreg", "no_set_max_nreg", "disable_warp_group_reg_alloc",
            "annotate_producer_reg_dealloc", "annotate_consumer_reg_alloc", "wgmma_gemm", "wait_wgmma",
-           "access_ptr", "alloc_global", "alloc_reducer", "finalize_reducer"]
+           "access_ptr", "alloc_global", "sync_grid"]
 
 WARP_GROUP = 128  # threads of a warp group
 MAX_ARRIVE_COUNT = (1 << 20) - 1  # the PTX ISA's limit on an mbarrier's expected arrivals
@@ -523,14 +525,16 @@ def alloc_global(shape, dtype, scope="global"):
     return _ir.alloc_buffer(shape, canonical_dtype(dtype), scope="global")
 
 
-def alloc_reducer(shape, dtype, op="sum", replication=None):
-    """Not supported: TileLang's deferred reductions (reducer epochs: T.reducer_init / T.reducer_update /
-    T.finalize_reducer). Reduce a fragment with ``T.reduce_sum`` / ``T.reduce_max`` / ``T.reduce_min`` instead."""
-    raise NotImplementedError("T.alloc_reducer is not supported by tilex (deferred reducer epochs); accumulate into "
-                              "a fragment and reduce it with T.reduce_sum / T.reduce_max / T.reduce_min")
+# ---- grid-wide barrier ---------------------------------------------------------------------------------------------
+def sync_grid():
+    """A barrier across every thread of every block of the grid (TileLang's ``T.sync_grid``): no thread goes on
+    until all have arrived, and the global-memory writes made before it are visible after it (a persistent kernel's
+    split-KV partial results, combined once every block has written them).
 
-
-def finalize_reducer(reducer, dst=None, batch=1, annotations=None):
-    """Not supported (see :func:`alloc_reducer`)."""
-    raise NotImplementedError("T.finalize_reducer is not supported by tilex (deferred reducer epochs, "
-                              "T.alloc_reducer); reduce a fragment with T.reduce_sum / T.reduce_max / T.reduce_min")
+    The kernel is launched cooperatively (every block resident on the GPU at once; the driver refuses a grid that
+    cannot be, instead of it hanging): a grid of constant size that cannot fit the multiprocessors at once, given
+    its threads and shared memory, is a ValueError when it compiles. Every thread of every block must reach each
+    ``T.sync_grid``: one under a condition or in a loop that threads or blocks may run differently is a ValueError
+    (`tilex.transform.grid_sync`)."""
+    current_kernel("T.sync_grid")
+    return intrin.sync_grid().value

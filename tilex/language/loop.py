@@ -13,6 +13,10 @@ from tilex.language.kernel import integer_arg
 from tilex.language.options import as_bool, as_int, constant, no_annotations, positive_extents, unsupported
 
 
+#: T.Parallel annotation (with prefer_async) accepted as a hint: see Parallel
+ASYNC_NO_WAIT = "parallel_async_without_async_commit_wait"
+
+
 def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None, annotations=None):
     """``for i, j in T.Parallel(M, N)``: an element-wise loop nest whose iterations are spread over the block's
     threads (the mapping comes from layout inference).
@@ -21,8 +25,9 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
     turns into n nested parallel loops right after parsing (TVMScript's grid frame cannot carry the kind).
     ``prefer_async`` (TileLang's request for cp.async copies outside pipelined loops) is accepted as a hint and does
     nothing: tilex issues the loop's shared-memory stores as written, with the same results, and uses cp.async where
-    its own pipelining finds global-to-shared copies.
-    Not implemented (NotImplementedError): ``coalesced_width``, ``loop_layout``, ``annotations``.
+    its own pipelining finds global-to-shared copies; so is the annotation
+    ``{"parallel_async_without_async_commit_wait": True}`` (the program commits and waits itself).
+    Not implemented (NotImplementedError): ``coalesced_width``, ``loop_layout``, other ``annotations``.
     """
     api = "T.Parallel"
     if not extents:
@@ -36,6 +41,11 @@ def Parallel(*extents, coalesced_width=None, loop_layout=None, prefer_async=None
         unsupported(api, "loop_layout", loop_layout, "the loop's layout comes from layout inference")
     if prefer_async is not None:
         as_bool(api, "prefer_async", prefer_async)  # a hint (see above)
+    if isinstance(annotations, dict) and ASYNC_NO_WAIT in annotations:
+        # TileLang's cp.async copies left for the program's own T.ptx_commit_group / T.ptx_wait_group: tilex's
+        # stores are complete when issued, so those calls find nothing outstanding and the results are the same
+        as_bool(api, ASYNC_NO_WAIT, annotations[ASYNC_NO_WAIT])
+        annotations = {k: v for k, v in annotations.items() if k != ASYNC_NO_WAIT}
     no_annotations(api, annotations)
     if len(extents) == 1:
         return _ir.parallel(0, extents[0])

@@ -18,6 +18,7 @@ from tvm.error import DiagnosticError
 from tvm.script import tirx as _tvm_T
 from tvm.script.parser.core import dispatch, doc
 from tvm.script.parser.core.error import ParserError
+from tvm.script.ir_builder import tirx as _ir_tirx
 from tvm.script.parser.tirx import parser as _tirx_parser
 
 from tilex.ir.visit import dtype_of
@@ -123,6 +124,8 @@ def _visit_assign(self, node):
     are), which TVM's vectorizer widens with the loop. TVMScript would make it a one-element per-thread scalar that
     is stored to, which the vectorizer cannot widen (every lane would be written to the one element)."""
     lhs = node.targets[0] if len(node.targets) == 1 else None
+    if isinstance(lhs, doc.Tuple) and any(isinstance(e, doc.Subscript) for e in lhs.elts):
+        return _assign_elements(self, lhs, node)
     if not (isinstance(lhs, doc.Name) and in_vectorized_loop() and lhs.id not in self.var_table.get()):
         return _tvm_visit_assign(self, node)
     value = self.eval_expr(node.value)
@@ -135,6 +138,23 @@ def _visit_assign(self, node):
 
 
 dispatch.register(token="tirx", type_name="Assign")(_visit_assign)
+
+
+def _assign_elements(self, lhs, node):
+    """TileLang's tuple assignment into buffer elements, ``a[0], a[1] = a[1], a[0]``: every value is read first
+    (bound to an immutable variable), then the targets are assigned left to right, so a swap swaps."""
+    values = self.eval_expr(node.value)
+    if not isinstance(values, (tuple, list)) or len(values) != len(lhs.elts):
+        count = len(values) if isinstance(values, (tuple, list)) else "one"
+        self.report_error(node, f"cannot assign {count} value(s) to {len(lhs.elts)} targets")
+    held = [_ir_tirx.Bind(v) if isinstance(v, tirx.PrimExpr) and not isinstance(v, (tirx.IntImm, tirx.FloatImm))
+            else v for v in values]
+    for target, value in zip(lhs.elts, held):
+        if isinstance(target, doc.Subscript):
+            elts = target.slice.elts if isinstance(target.slice, doc.Tuple) else [target.slice]
+            _ir_tirx.buffer_store(self.eval_expr(target.value), value, [self.eval_expr(i) for i in elts])
+        else:
+            self.eval_assign(target=target, source=value, bind_value=_tirx_parser.bind_assign_value)
 
 
 def _int_widths_matched(a, b):

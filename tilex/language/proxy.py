@@ -55,7 +55,9 @@ class StridedTensorProxy(TensorProxy):
     tensor whose dimension d steps ``strides[d]`` elements (a slice of a larger tensor, a transposed view)."""
 
     def __call__(self, shape, strides, dtype="float32", **kwargs):
-        shape, strides = _shape(shape), _shape(strides)
+        shape, strides = _shape(shape), _dims(strides)
+        if any(isinstance(d, tirx.IntImm) and dtype_of(d) == "int64" for d in shape):
+            strides = tuple(tirx.IntImm("int64", int(d)) if _is_int(d) else d for d in strides)
         if len(shape) != len(strides):
             raise ValueError(f"T.{self.api}: shape {list(shape)} and strides {list(strides)} have different ranks")
         return super().__call__(shape, dtype, strides=strides, **kwargs)
@@ -67,8 +69,29 @@ class StridedTensorProxy(TensorProxy):
         return self(*keys)
 
 
+#: the most elements a tensor may hold with int32 extents: past it, its flattened offsets need int64
+_INT32_ELEMENTS = 2 ** 31 - 1
+
+
+def _dims(dims):
+    return tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+
+
+def _is_int(d) -> bool:
+    return isinstance(d, (int, tirx.IntImm)) and not isinstance(d, bool)
+
+
 def _shape(shape):
-    return tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    """`shape` as a tuple; constant extents whose product exceeds int32 (a 65536 x 65536 tensor) as int64, so that
+    the tensor's flattened offsets are computed in int64 (TVM's FlattenBuffer multiplies extents in their type)."""
+    dims = _dims(shape)
+    if dims and all(_is_int(d) for d in dims):
+        count = 1
+        for d in dims:
+            count *= int(d)
+        if count > _INT32_ELEMENTS:
+            return tuple(tirx.IntImm("int64", int(d)) for d in dims)
+    return dims
 
 
 def ptr(dtype=None, storage_scope="global", *, is_size_var=False):
@@ -105,7 +128,7 @@ def make_tensor(ptr, shape, dtype="float32", strides=None):  # noqa: A002 - Tile
     if source not in ("int64", "uint64", "handle"):
         raise TypeError(f"{api}: an address is a 64-bit integer (int64 or uint64) or a pointer, got {source} {ptr}")
     if strides is not None:
-        strides = _shape(strides)
+        strides = _dims(strides)
         if len(strides) != len(_shape(shape)):
             raise ValueError(f"{api}: shape {list(_shape(shape))} and strides {list(strides)} have different ranks")
     pointer = tvm.ir.PointerType(tvm.ir.PrimType(str(dtype)), "global")

@@ -15,6 +15,7 @@ from tilex.op.copy import copy_call
 from tilex.op.dequantize import dequantize_call
 from tilex.op.fill import fill_call
 from tilex.op.gemm import GemmWarpPolicy, gemm_call
+from tilex.op.gemm_sp import gemm_sp_call
 from tilex.op.im2col import im2col_call
 from tilex.op.reduce import BITWISE_KINDS, KINDS, is_integer_dtype, reduce_call
 from tilex.op.region import to_region
@@ -274,12 +275,26 @@ def reduce_bitxor(buffer, out, dim=-1, clear=True, batch=1, annotations=None):
 
 def gemm_sp(A_sparse, E, B, C, transpose_A=False, transpose_E=False, transpose_B=False, policy=GemmWarpPolicy.Square,
             clear_accum=False, k_pack=1, wg_wait=0, annotations=None):
-    """TileLang's structured-sparse GEMM (``C += A @ B`` with A stored 2:4-compressed plus its metadata E): not
-    supported by tilex, which has no sparse MMA lowering (``mma.sp`` / ``wgmma.sp`` and the metadata fragment
-    layouts they read); NotImplementedError. Decompress A and use ``T.gemm``."""
-    raise NotImplementedError("T.gemm_sp is not supported by tilex: it has no lowering to the sparse tensor-core "
-                              "instructions (mma.sp / wgmma.sp) and their metadata layouts; decompress A and use "
-                              "T.gemm")
+    """TileLang's structured-sparse GEMM: ``C += A @ B`` with A given 2:4-compressed (1:2 for 32-bit elements) as its
+    kept values `A_sparse` (M, K / 2) and metadata `E` (M, K / e_factor) (stored transposed with transpose_A /
+    transpose_E); the format is ``tilex.op.gemm_sp``'s docstring. tilex rebuilds the dense A in registers and runs
+    the dense T.gemm: the results of the product, without the sparse tensor-core instructions. ``k_pack`` != 1,
+    ``wg_wait`` != 0 and ``annotations`` are not implemented (as for T.gemm)."""
+    api = "T.gemm_sp"
+    transpose_A = as_bool(api, "transpose_A", transpose_A)
+    transpose_E = as_bool(api, "transpose_E", transpose_E)
+    transpose_B = as_bool(api, "transpose_B", transpose_B)
+    p = constant(policy)
+    if isinstance(p, bool) or not isinstance(p, int) or p not in {int(x) for x in GemmWarpPolicy}:
+        raise ValueError(f"{api}: policy must be a T.GemmWarpPolicy ({', '.join(x.name for x in GemmWarpPolicy)}), "
+                         f"got {policy!r}")
+    clear_accum = as_bool(api, "clear_accum", clear_accum)
+    if as_int(api, "k_pack", k_pack, minimum=1) != 1:
+        unsupported(api, "k_pack", constant(k_pack), "k_pack packs matrix cores on ROCm only")
+    if as_int(api, "wg_wait", wg_wait, minimum=-1) != 0:
+        unsupported(api, "wg_wait", constant(wg_wait), "tilex waits for its MMAs itself")
+    no_annotations(api, annotations)
+    return gemm_sp_call(A_sparse, E, B, C, transpose_A, transpose_E, transpose_B, GemmWarpPolicy(p), clear_accum)
 
 
 __all__ = ["copy", "gemm", "fill", "clear", "GemmWarpPolicy", "reduce", "reduce_sum", "reduce_max", "reduce_min",

@@ -143,7 +143,49 @@ def conflicts(accesses, swizzle: Swizzle = IDENTITY) -> int:
     """Bank conflicts (wavefronts past the first of every phase) of one access or a list of them."""
     if isinstance(accesses, WarpAccess):
         accesses = [accesses]
-    return sum(wavefronts(a, swizzle) - sum(1 for p in a.phases() if len(p)) for a in accesses)
+    return _PhaseTable(accesses).conflicts(swizzle)
+
+
+class _PhaseTable:
+    """The phases of many warp accesses as arrays, so that their wavefronts under a swizzle take a few numpy
+    operations instead of several per phase (:func:`synthesize` weighs every candidate swizzle on every access of
+    a tile, thousands of phases in a kernel with loops). Phases are grouped by words per thread (1, 2 or 4): a
+    group is a (phases x threads) address array with a mask of the threads that take part."""
+
+    def __init__(self, accesses):
+        groups = {}  # words per thread -> (address rows, mask rows)
+        self.phases = 0  # phases with at least one thread: each takes one wavefront without conflicts
+        for a in accesses:
+            words = max(1, a.width // WORD)
+            rows, masks = groups.setdefault(words, ([], []))
+            for phase in a.phases():
+                if not len(phase):
+                    continue
+                self.phases += 1
+                row = np.zeros(32, dtype=np.int64)
+                row[:len(phase)] = phase
+                rows.append(row)
+                masks.append(np.arange(32) < len(phase))
+        self.groups = [(w, np.array(r), np.array(m)) for w, (r, m) in groups.items() if r]
+
+    def wavefronts(self, swizzle: Swizzle = IDENTITY) -> int:
+        total = 0
+        for words, addrs, mask in self.groups:
+            n = len(addrs)
+            w = (swizzle(addrs) // WORD)[:, :, None] + np.arange(words)[None, None, :]
+            w = np.where(mask[:, :, None], w, -1).reshape(n, -1)  # -1: a thread not in the phase
+            w.sort(axis=1)
+            first = np.ones(w.shape, dtype=bool)
+            first[:, 1:] = w[:, 1:] != w[:, :-1]
+            keep = first & (w >= 0)  # each distinct word of a phase once
+            row = np.broadcast_to(np.arange(n)[:, None], w.shape)[keep]
+            per_bank = np.zeros((n, BANKS), dtype=np.int64)
+            np.add.at(per_bank, (row, w[keep] % BANKS), 1)
+            total += int(per_bank.max(axis=1).sum())
+        return total
+
+    def conflicts(self, swizzle: Swizzle = IDENTITY) -> int:
+        return self.wavefronts(swizzle) - self.phases
 
 
 def _candidates(min_base, tile_bytes, max_bits):
@@ -169,11 +211,12 @@ def synthesize(accesses, tile_bytes: int, max_bits: int = 5):
     if not accesses:
         return IDENTITY, 0
     widest = max(a.width for a in accesses)
-    best = (conflicts(accesses), IDENTITY)
+    table = _PhaseTable(accesses)
+    best = (table.conflicts(), IDENTITY)
     if best[0] == 0:
         return IDENTITY, 0
     for s in _candidates(max(int(np.log2(widest)), 2), tile_bytes, max_bits):
-        c = conflicts(accesses, s)
+        c = table.conflicts(s)
         if c < best[0]:
             best = (c, s)
             if c == 0:
@@ -315,6 +358,48 @@ def _const(e, env):
     return None if a is None or b is None else op(a, b)
 
 
+def _trunc_div_np(a, b):
+    q = np.abs(a) // np.abs(b)
+    return np.where((np.asarray(a) >= 0) == (np.asarray(b) >= 0), q, -q)
+
+
+def _flag(x):
+    return np.asarray(x, dtype=np.int64)
+
+
+# _INT_OPS on int64 arrays (the lanes of a warp at once)
+_ARRAY_OPS = {**_INT_OPS, E.Div: _trunc_div_np, E.Mod: lambda a, b: a - _trunc_div_np(a, b) * b, E.Min: np.minimum,
+              E.Max: np.maximum, E.EQ: lambda a, b: _flag(a == b), E.NE: lambda a, b: _flag(a != b),
+              E.LT: lambda a, b: _flag(a < b), E.LE: lambda a, b: _flag(a <= b), E.GT: lambda a, b: _flag(a > b),
+              E.GE: lambda a, b: _flag(a >= b), E.And: lambda a, b: _flag(np.logical_and(a, b)),
+              E.Or: lambda a, b: _flag(np.logical_or(a, b))}
+
+
+def _lane_values(e, env):
+    """:func:`_const` with some variables bound to int64 arrays (one value per lane): the values of `e` (an array,
+    or an int where no lane variable reaches it), or None when it uses a variable `env` does not bind."""
+    if isinstance(e, E.IntImm):
+        return int(e)
+    if isinstance(e, E.Var):
+        return env.get(e)
+    if isinstance(e, E.Cast):
+        return _lane_values(e.value, env)
+    if isinstance(e, E.Select):
+        c = _lane_values(e.condition, env)
+        if c is None:
+            return None
+        if np.ndim(c) == 0 or np.all(c) or not np.any(c):
+            taken = bool(np.ravel(c)[0]) if np.ndim(c) else bool(c)
+            return _lane_values(e.true_value if taken else e.false_value, env)
+        a, b = _lane_values(e.true_value, env), _lane_values(e.false_value, env)
+        return None if a is None or b is None else np.where(c, a, b)
+    op = _ARRAY_OPS.get(type(e))
+    if op is None:
+        return None
+    a, b = _lane_values(e.a, env), _lane_values(e.b, env)
+    return None if a is None or b is None else op(a, b)
+
+
 def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32, warps: int = 1) -> list:
     """The shared-memory loads and stores of a lowered per-thread PrimFunc (`tilex.engine.pipeline.lower_to_tir`)
     as :class:`SharedAccess` es: each evaluated for the lanes of the first `warps` warps (threadIdx.x = 0..31 for
@@ -329,6 +414,8 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32, warp
 
     def record(buf, indices, kind, loops, lets, node, conds):
         nbytes = tvm.DataType(str(buf.dtype)).bits // 8
+        if nbytes == 0:
+            return  # sub-byte elements (int4, float4_e2m1fn tiles): not modelled
         flat = indices[0] if len(indices) == 1 else row_major_offset(indices, buf.shape)
         lanes = 1
         if isinstance(flat, tirx.Ramp):
@@ -368,18 +455,25 @@ def shared_accesses(func, max_iterations: int = 64, warp_threads: int = 32, warp
             bind = dict(zero)
             bind.update((lp.loop_var, v) for lp, v in zip(outer, values))
             for warp in range(warps if tid is not None else 1):
-                addrs = []
-                for lane in range(warp_threads):
-                    if tid is not None:
-                        bind[tid] = warp * warp_threads + lane
-                    if not all(_const(c, bind) in (None, int(want)) for c, want in conds):
-                        continue  # a lane the enclosing conditions leave out (a producer warp's branch)
-                    a = _const(flat, bind)
+                if tid is not None:  # every lane of the warp at once
+                    lanes_at = np.arange(warp_threads, dtype=np.int64) + warp * warp_threads
+                    bind[tid] = lanes_at
+                    taken = np.ones(warp_threads, dtype=bool)
+                    for c, want in conds:  # lanes the enclosing conditions leave out (a producer warp's branch)
+                        v = _lane_values(c, bind)
+                        if v is not None:
+                            taken &= np.broadcast_to(np.asarray(v) == int(want), taken.shape)
+                    a = _lane_values(flat, bind) if taken.any() else 0
                     if a is None:
                         return
-                    addrs.append(a * nbytes)
-                    if tid is None:
-                        break
+                    addrs = [int(x) * nbytes for x in np.broadcast_to(a, taken.shape)[taken]]
+                else:
+                    addrs = []
+                    if all(_const(c, bind) in (None, int(want)) for c, want in conds):
+                        a = _const(flat, bind)
+                        if a is None:
+                            return
+                        addrs.append(a * nbytes)
                 for p in range(pieces if addrs else 0):
                     accesses.append(WarpAccess(tuple(x + 16 * p for x in addrs), width, buf.name))
         key = (buf.name, kind, node)

@@ -62,6 +62,7 @@ class InferContext:
     threads: int
     target: object = None
     analyzer: object = field(default_factory=tvm.sym.Analyzer)
+    reducers: frozenset = frozenset()  # the T.alloc_reducer fragments (op.reducer)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class LowerContext:
     # ordered by the program's mbarriers (its MMAs on them need no fence or barrier of their own)
     async_only: frozenset = frozenset()
     tensor_maps: dict = field(default_factory=dict)
+    reducers: frozenset = frozenset()  # the T.alloc_reducer fragments (op.reducer)
 
     def tensor_map(self, buffer, box, swizzle_bytes):
         """The (host-encoded) TMA tensor map of a global buffer (rank 1..5) for `box`, one extent per dimension,

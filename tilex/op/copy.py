@@ -3,6 +3,11 @@
 Lowered as a thread-partitioned element loop (vectorized up to 16 bytes when every access allows it). Inside a
 software-pipelined loop a global->shared copy becomes ``cp.async`` (16/8/4-byte chunks, zero-filling out-of-bounds
 elements). Tiles that hang over the edge of a global tensor are guarded element by element (reads outside give 0).
+
+A register fragment copied whole, or read in blocks its layout repeats over, is walked register by register. Any
+other part of a fragment (``acc[0:4, :]``, ``lse[k, :]``, a destination slice) is copied by the threads holding its
+elements, each visiting the registers that hold some (a replicated source written out by one replica); between two
+fragments, inference lays them out so that every thread holds the elements it copies, whatever the corner.
 """
 from __future__ import annotations
 
@@ -19,9 +24,11 @@ from tilex.layout import (LayoutError, make_swizzled_layout, make_wgmma_operand_
                           wgmma_swizzle_bytes)
 from tilex.op.base import (InferLevel, TileOp, TileOpError, is_fragment, is_global,
                            is_local, is_shared)
+from tilex.layout.fragment_access import (access_layout, chunks_in_one_replica, offsets_inside,
+                                          spread_over_blocks, threads_agree)
 from tilex.op.partition import (access_vectorizable, analyzer_scope, block_offset, coalesced_plan,
-                                emit_by_fragment, emit_by_plan, fragment_vector_width, pick_vector,
-                                placed_vector_width, static_shape, unflatten)
+                                emit_by_fragment, emit_by_fragment_box, emit_by_plan, fragment_vector_width,
+                                pick_vector, placed_vector_width, static_shape, unflatten)
 from tilex.op.region import READ, WRITE, Region, to_region, tile_shape
 from tilex.op.registry import register_tile_op
 from tilex.op.tma_load import tma_box, tma_box_dims, tma_tile_eligible
@@ -55,11 +62,8 @@ class CopyOp(TileOp):
         if s_shape != d_shape:
             raise TileOpError(f"T.copy: tile shapes differ: source {src} has {s_shape}, destination {dst} has {d_shape}")
         self.extents = d_shape or [1]
-        for r in (src, dst):
-            part = _fragment_slice(r) if is_fragment(r.buffer) else None
-            if part is not None and (r is dst or part is False or is_fragment(dst.buffer)):
-                raise TileOpError(f"T.copy: a fragment must be copied whole, or read in blocks that divide it "
-                                  f"into shared or global memory, got {r}")
+        # the fragment sides that are only part of their fragment (`_lower_box`, `_lower_fragment_parts`)
+        self.parts = [r for r in (src, dst) if is_fragment(r.buffer) and _fragment_slice(r) is not None]
 
     @classmethod
     def from_call(cls, call):
@@ -127,7 +131,8 @@ class CopyOp(TileOp):
         sb, db = self.src.buffer, self.dst.buffer
         if level == InferLevel.STRICT and ctx.layout_map.get(sb) is None and self.tma_store_ok(ctx.target):
             return {sb: self._tma_layout()}
-        if level == InferLevel.COMMON and is_shared(sb) and is_fragment(db) and ctx.layout_map.get(sb) is None:
+        if level == InferLevel.COMMON and is_shared(sb) and is_fragment(db) and ctx.layout_map.get(sb) is None \
+                and not self.parts:
             # after the strict level, so a gemm operand keeps the layout its gemm pinned
             lay = self._fragment_source_layout(ctx.target)
             if lay is not None:
@@ -136,6 +141,8 @@ class CopyOp(TileOp):
         if not (s_frag or d_frag) or level == InferLevel.STRICT:
             return {}
         s_lay, d_lay = ctx.layout_map.get(sb), ctx.layout_map.get(db)
+        if s_frag and d_frag and self.parts:
+            return self._infer_parts(ctx, level, s_lay, d_lay)
         if s_frag and d_frag:
             if s_lay is not None and d_lay is None:
                 return {db: s_lay}
@@ -152,8 +159,68 @@ class CopyOp(TileOp):
         frag_buf = db if d_frag else sb
         if ctx.layout_map.get(frag_buf) is None and level == InferLevel.FREE:
             other = self.src if d_frag else self.dst
-            return {frag_buf: self._plan(ctx, other)}
+            return {frag_buf: self._plan(ctx, None if self.parts else other)}
         return {}
+
+    def _infer_parts(self, ctx, level, s_lay, d_lay):
+        """Between two fragments, one side only a part of its fragment: a side without a layout takes the one under
+        which every thread holds the elements it copies (the other side's, seen through the copy's offsets); with
+        both laid out so that some thread would read an element another holds, the source is asked for the layout
+        of its destination repeated over its blocks (a conflict inference settles by converting the source)."""
+        sb, db = self.src.buffer, self.dst.buffer
+        if s_lay is not None and d_lay is None:
+            lay = self._derived(ctx, self.src, s_lay, self.dst)
+            if lay is not None:
+                return {db: lay}
+            return {db: self._plan(ctx, None)} if level == InferLevel.FREE else {}
+        if d_lay is not None and s_lay is None:
+            lay = self._derived(ctx, self.dst, d_lay, self.src)
+            if lay is not None:
+                return {sb: lay}
+            return {sb: _plan_whole(sb, ctx.threads)} if level == InferLevel.FREE else {}
+        if s_lay is None and d_lay is None:
+            return {sb: _plan_whole(sb, ctx.threads)} if level == InferLevel.FREE else {}
+        if self._parts_owned(ctx, s_lay, d_lay) is None:
+            return {}
+        want = self._source_wish(ctx, d_lay)
+        return {sb: want} if want is not None and not want.is_equal(s_lay) else {}
+
+    def _tile_vars(self):
+        return [tirx.Var(f"cp_y{d}", "int32") for d in range(len(self.extents))]
+
+    def _parts_owned(self, ctx, s_lay, d_lay):
+        """None when every thread holding a destination element (under `d_lay`) holds its source element (under
+        `s_lay`) for every corner the regions may have; else a sentence naming one that does not."""
+        ys = self._tile_vars()
+        return threads_agree(d_lay, self.dst.index(ys), s_lay, self.src.index(ys), ys, self.extents,
+                             analyzer=ctx.analyzer)
+
+    def _derived(self, ctx, frm, frm_lay, to):
+        """The layout of `to`'s fragment (`to` covering it whole) under which each thread holds the elements it
+        copies to or from `frm` (laid out as `frm_lay`), for every corner `frm` may have; None when there is none
+        such (a part `to`, or threads that change with the corner)."""
+        if _fragment_slice(to) is not None:
+            return None
+        shape = [int(x) for x in to.buffer.shape]
+        ys = [tirx.Var(f"cp_y{d}", "int32") for d in range(len(shape))]
+        tile = _tile_index(shape, ys)
+        at = offsets_inside(frm.index(tile), ys, shape, frm_lay.input_shape, ctx.analyzer)
+        lay = access_layout(frm_lay, at, ys, shape) if at is not None else None
+        if lay is None:
+            return None
+        s_lay, d_lay = (frm_lay, lay) if frm is self.src else (lay, frm_lay)
+        return lay if self._parts_owned(ctx, s_lay, d_lay) is None else None
+
+    def _source_wish(self, ctx, d_lay):
+        """The source fragment's layout made of blocks of the copy's shape, each laid out as the (whole) destination,
+        registers one block after another, when that gives every thread the elements it copies for every corner."""
+        if _fragment_slice(self.dst) is not None:
+            return None
+        block = [_int(e) for e in self.src.extents]
+        want = spread_over_blocks(d_lay, block, [int(x) for x in self.src.buffer.shape])
+        if want is None or self._parts_owned(ctx, want, d_lay) is not None:
+            return None
+        return want
 
     def _fragment_source_layout(self, target):
         """A swizzled layout for a whole 2-d shared tile read into a fragment (e.g. the A operand of a register-A
@@ -253,6 +320,8 @@ class CopyOp(TileOp):
             frag = ctx.layout_map.get(frag_side.buffer)
             if frag is None:
                 raise TileOpError(f"{self.describe()}: fragment '{frag_side.buffer.name}' has no layout")
+            if self.parts and not self._block_applies(ctx, frag):
+                return self._lower_parts(ctx)
             fshape, offset, placement = [int(s) for s in frag_side.buffer.shape], 0, None
             block = is_fragment(sb) and _fragment_slice(self.src) is not None
             if block:  # walk the block's sub-fragment: its register l is the source's placement(l) + offset
@@ -308,6 +377,78 @@ class CopyOp(TileOp):
             # the vector loop of a cp.async is a single call: drop the (vectorized) lane loop
             stmt = _strip_vector_loops(stmt)
         return stmt
+
+    def _block_applies(self, ctx, frag):
+        """Whether this copy reads a block of its source fragment into shared or global memory that
+        `_fragment_block` walks as a sub-fragment (extents dividing the fragment, the layout repeating over
+        blocks, a corner at a multiple of the extents)."""
+        if not (self.parts == [self.src] and _fragment_slice(self.src) is True) or is_fragment(self.dst.buffer):
+            return False
+        try:
+            self._fragment_block(ctx, frag)
+        except TileOpError:
+            return False
+        return True
+
+    def _lower_parts(self, ctx):
+        """A copy with a fragment side that is only part of its fragment: each thread copies the elements of the
+        part it holds (`_lower_box`; between two fragments, `_lower_fragment_parts`)."""
+        if is_fragment(self.src.buffer) and is_fragment(self.dst.buffer):
+            return self._lower_fragment_parts(ctx)
+        return self._lower_box(ctx, self.parts[0])
+
+    def _lower_box(self, ctx, part):
+        """Fragment part `part` <-> shared or global memory: every thread visits the registers holding elements of
+        the part (emit_by_fragment_box); a replicated source is written out by its replica 0 alone, a destination
+        written in every replica. Vectorized where a register chunk stays inside the part, in one replica, and the
+        memory side takes the vector."""
+        frag = ctx.layout_map[part.buffer]
+        other = self.dst if part is self.src else self.src
+        last = _int(part.extents[-1])
+        vec = fragment_vector_width(frag, 8, ctx.analyzer)
+        while vec > 1 and not (last % vec == 0 and ctx.analyzer.can_prove_equal(tirx.floormod(part.mins[-1], vec), 0)
+                               and chunks_in_one_replica(frag, vec)):
+            vec //= 2
+        bind = {ctx.thread_var: tvm.ir.Range(0, ctx.threads)}
+        while vec > 1 and not access_vectorizable(other.buffer, self._phys_index_fn(ctx, other), self.extents, vec,
+                                                  ctx.analyzer, bind):
+            vec //= 2
+        dst_bits = tvm.DataType(str(self.dst.buffer.dtype)).bits
+        if vec * dst_bits > 128 and not is_global(self.dst.buffer) and self._may_be_ragged(ctx, self.extents):
+            vec = 128 // dst_bits
+        vec = min(vec, self._cast_lanes())
+        sb, db = self.src.buffer, self.dst.buffer
+
+        def make(ix, gix, l_flat):
+            tix, gtix = _part_tile_index(part, ix), _part_tile_index(part, gix)
+            if part is self.src:
+                value = tirx.BufferLoad(ctx.remap[sb], [l_flat])
+                if str(sb.dtype) != str(db.dtype):
+                    value = tirx.Cast(db.dtype, value)
+                store = ctx.store(db, value, self.dst.index(tix))
+            else:
+                store = tirx.BufferStore(ctx.remap[db], self._value(ctx, tix), [l_flat])
+            return self._guarded(ctx, gtix, store, tix)
+
+        return emit_by_fragment_box(ctx, frag, vec, part.mins, part.extents, make, one_replica=part is self.src,
+                                    name="cp")
+
+    def _lower_fragment_parts(self, ctx):
+        """Fragment -> fragment, a side only part of its fragment: every thread (each replica) writes the
+        destination elements it holds from the source elements it holds -- which `_parts_owned` checks for every
+        corner the regions may have; inference asked for layouts that make it so."""
+        s_lay, d_lay = ctx.layout_map[self.src.buffer], ctx.layout_map[self.dst.buffer]
+        why = self._parts_owned(ctx, s_lay, d_lay)
+        if why is not None:
+            raise TileOpError(f"{self.describe()}: some thread would copy an element that another thread holds: "
+                              f"{why} (source layout {s_lay}, destination layout {d_lay}); copy through a shared "
+                              f"tile instead")
+        db = self.dst.buffer
+
+        def make(ix, gix, l_flat):
+            return tirx.BufferStore(ctx.remap[db], self._value(ctx, _part_tile_index(self.dst, ix)), [l_flat])
+
+        return emit_by_fragment_box(ctx, d_lay, 1, self.dst.mins, self.dst.extents, make, name="cp")
 
     def _fragment_block(self, ctx, frag):
         """(sub-fragment, block extents, register placement, register offset) of a source block of fragment layout
@@ -427,6 +568,25 @@ def _tile_index(buffer_shape, ix):
     return out or [ix[-1]]
 
 
+def _part_tile_index(region, ix):
+    """Tile indices (the region's non-unit dims, from its corner) of buffer index `ix` inside `region`."""
+    out = [i - m for i, m, e in zip(ix, region.mins, region.extents) if _int(e) != 1]
+    return out or [ix[-1] - region.mins[-1]]
+
+
+def _plan_whole(buf, threads):
+    """A coalesced layout for the whole fragment `buf`, vectorized to 16 bytes where its shape allows."""
+    shape = [int(x) for x in buf.shape]
+    vec = max(1, 128 // tvm.DataType(str(buf.dtype)).bits)
+    plan = None
+    while plan is None and vec >= 1:
+        plan = coalesced_plan(shape, threads, vec) if shape[-1] % vec == 0 else None
+        vec //= 2
+    if plan is None:
+        raise TileOpError(f"cannot deal fragment '{buf.name}' of shape {shape} evenly to {threads} threads")
+    return plan
+
+
 def _strip_vector_loops(stmt):
     def on_for(loop):
         if loop.kind == tirx.ForKind.VECTORIZED:
@@ -438,7 +598,7 @@ def _strip_vector_loops(stmt):
 
 def _fragment_slice(region):
     """None when `region` covers its fragment whole; True for a block whose extents divide the fragment's shape
-    (read through CopyOp._fragment_block); False for any other part."""
+    (read through CopyOp._fragment_block when the layout repeats over such blocks); False for any other part."""
     shape = [int(x) for x in region.buffer.shape]
     ext = [_int(e) for e in region.extents]
     if ext == shape or [e for e in ext if e != 1] == [x for x in shape if x != 1]:

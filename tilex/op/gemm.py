@@ -10,7 +10,9 @@ operands stored MN-major element by element; a fragment operand is used in place
 ``m16n8k32`` (8-bit in: int8/uint8 -> int32, float8 -> fp32) or ``m16n8k64`` (int4/uint4 -> int32). Layout
 inference pins the swizzled shared layouts of the shared operands, the instruction's register layouts of fragment
 operands and the accumulator fragment of C at the strict level; copies and T.Parallel loops that fill a fragment
-operand then follow its layout.
+operand then follow its layout. An A fragment used with transpose_A is stored (K, M): it gets the transpose of the
+A register layout (element (k, m) in the register that holds (m, k) of the (M, K) operand), so the instruction
+reads it exactly as an untransposed one, whatever the dtype.
 """
 from __future__ import annotations
 
@@ -159,18 +161,18 @@ class GemmOp(TileOp):
             raise TileOpError(f"T.gemm: B ('{b.name}') in scope '{b.scope()}' is not supported; put it in shared "
                               f"memory (T.alloc_shared) or a register fragment (T.alloc_fragment)")
         if is_fragment(a):
-            if self.trans_a:
-                raise TileOpError(f"T.gemm: transpose_A with A in registers ('{a.name}') is not supported; "
-                                  f"store the fragment as (M, K) = ({self.M}, {self.K}) and pass transpose_A=False")
-            if [int(s) for s in a.shape] != [self.M, self.K]:
-                raise TileOpError(f"T.gemm: an A fragment must be used whole as an {self.M}x{self.K} tile, got "
-                                  f"{a.name}{list(a.shape)}")
+            a_shape = [self.K, self.M] if self.trans_a else [self.M, self.K]
+            if [int(s) for s in a.shape] != a_shape:
+                raise TileOpError(f"T.gemm: an A fragment must be used whole as a {a_shape[0]}x{a_shape[1]} tile, "
+                                  f"got {a.name}{list(a.shape)}")
         elif not is_shared(a):
             raise TileOpError(f"T.gemm: A ('{a.name}') in scope '{a.scope()}' is not supported; put it in shared "
                               f"memory (T.alloc_shared) or a register fragment (T.alloc_fragment)")
         ty = self.types()
         if ty.k_major_only:
-            if self.trans_a or not self.trans_b:
+            # a transposed A fragment is only a register layout (a_operand_fragment): the registers hold the
+            # instruction's K-major operand either way
+            if (self.trans_a and not is_fragment(a)) or not self.trans_b:
                 raise TileOpError(
                     f"{self.describe()}: {bits(a.dtype)}-bit operands ({a.dtype} x {b.dtype}) must be K-major: "
                     f"store A as (M, K) = ({self.M}, {self.K}) and B as (N, K) = ({self.N}, {self.K}) with "
@@ -206,12 +208,14 @@ class GemmOp(TileOp):
             out = gemm_wgmma.operand_layouts(self)
             out[c] = gemm_wgmma.accumulator_layout(self, wg)
             if a_frag:
-                out[self.A.buffer] = gemm_wgmma.a_fragment_layout(self, wg)
+                a_lay = gemm_wgmma.a_fragment_layout(self, wg)
+                out[self.A.buffer] = transpose_fragment(a_lay) if self.trans_a else a_lay
             return out
         self._require_mma_sync(ctx.target)
         out = {}
         if a_frag:
-            out[self.A.buffer] = make_mma_a_fragment(self.M, self.K, wm, wn, bits(self.A.buffer.dtype))
+            a_lay = make_mma_a_fragment(self.M, self.K, wm, wn, bits(self.A.buffer.dtype))
+            out[self.A.buffer] = transpose_fragment(a_lay) if self.trans_a else a_lay
         if is_fragment(self.B.buffer):
             b_lay = make_mma_b_fragment(self.K, self.N, wm, wn, bits(self.B.buffer.dtype))
             out[self.B.buffer] = transpose_fragment(b_lay) if self.trans_b else b_lay

@@ -7,7 +7,9 @@ Selected by `GemmOp` on targets with wgmma (sm_90a only) when the block is whole
 K-major only: `tilex.op.mma_types`) per 64 rows (N <= 256 per instruction). Shared operand buffers get the
 canonical swizzled layouts (`tilex.layout.wgmma`) of their two trailing dimensions, whatever part of them a gemm
 reads; K-major or MN-major (transposed in the instruction) as the program stores them; an A fragment gets the
-wgmma A register layout (`make_wgmma_a_fragment`, replicated over the warpgroups that split N).
+wgmma A register layout (`make_wgmma_a_fragment`, replicated over the warpgroups that split N), transposed for a
+(K, M) fragment with transpose_A (GemmOp.infer_layout): the registers hold the K-major operand the instruction
+reads either way.
 
 An operand may be any box of its buffer's two trailing dimensions (a stage ``KV[s]`` of a multi-buffered tile, a
 column slice ``KV[:, 64:128]``): its descriptors start at the physical address of the box's element under the
@@ -71,15 +73,14 @@ def _plan(op, threads, target):
     a, b = op.A.buffer, op.B.buffer
     if not is_shared(b):
         return None, f"B ('{b.name}') is in {b.scope()}, not in shared memory"
-    if not (is_shared(a) or (is_fragment(a) and not op.trans_a)):
-        return None, (f"A ('{a.name}') must be in shared memory or a register fragment used without transpose_A, "
-                      f"it is in {a.scope()}")
+    if not (is_shared(a) or is_fragment(a)):
+        return None, f"A ('{a.name}') must be in shared memory or a register fragment, it is in {a.scope()}"
     if threads % 128:
         return None, f"it runs on {threads} threads, not whole warpgroups of 128"
     ty = mma_types(a.dtype, b.dtype, op.C.buffer.dtype)
     if ty is None or not ty.has_wgmma:
         return None, f"no warpgroup MMA takes {a.dtype} x {b.dtype} -> {op.C.buffer.dtype}"
-    if ty.k_major_only and (op.trans_a or not op.trans_b):
+    if ty.k_major_only and ((op.trans_a and not is_fragment(a)) or not op.trans_b):
         return None, f"{a.dtype} operands must be K-major (transpose_A=False, transpose_B=True)"
     if is_fragment(a) and [int(s) for s in a.shape[-2:]] != [int(e) for e in op.A.extents[-2:]]:
         return None, f"an A fragment ('{a.name}') must be used whole"

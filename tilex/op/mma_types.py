@@ -8,9 +8,13 @@
     int8 / uint8 (any pair)             int32      32       i8       m16n8k32                m64nNk32
     int4 / uint4 (both the same)        int32      64       i4       m16n8k64                -- (none in PTX)
 
-float32 operands run as tf32, as TileLang runs them: their 32-bit registers go to ``mma.sync ... .tf32`` as they
-are, with no rounding conversion (the tensor cores read the top 19 bits of each). TileLang gives float32 inputs no
-warpgroup MMA (only its ``tfloat32`` dtype gets one), so neither does tilex. 8-bit and 4-bit operands are read
+float32 operands run as tf32, as TileLang runs them: each 32-bit register is rounded to the nearest tf32
+(``cvt.rna``) as it goes to ``mma.sync ... .tf32`` (what TileLang's tfloat32 tiles hold, and closer to float32 than
+the tensor cores' own reading of an unrounded register, its top 19 bits). TileLang's ``T.tfloat32`` tiles are
+float32 tiles in tilex (``tilex.language.dtypes.TensorFloat32``: float32 storage), so a gemm over them is this tf32
+gemm too; values a program rounded with ``T.tfloat32(x)`` go in exactly. TileLang gives float32 inputs no warpgroup
+MMA (its tfloat32 dtype gets one when K-major); tilex cannot tell a tfloat32 tile from a float32 one and runs both
+on mma.sync (the same products: each operand rounded to tf32, accumulated in float32). 8-bit and 4-bit operands are read
 K-major only (A as (M, K), B as (N, K) with ``transpose_B=True``): the instructions have no transpose for them and
 ``ldmatrix.trans`` moves 16-bit elements.
 """

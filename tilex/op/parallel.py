@@ -10,10 +10,12 @@ from tvm.sym import int_set
 from tilex.ir.visit import (BufferLoadNode, buffers_written, dtype_of, free_vars, map_nodes, seq, seq_items,
                             substitute, walk)
 from tilex.layout import Fragment, LayoutError
-from tilex.layout.convert import pulled_back, reads_own_elements
+from tilex.layout.convert import pulled_back
+from tilex.layout.fragment_access import (access_layout, offsets_inside, split_offsets, spread_over_blocks,
+                                          threads_agree, with_unit_dims)
 from tilex.layout.project import project
 from tilex.op.int_cast import fast_int_casts
-from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_shared
+from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_global, is_local, is_shared
 from tilex.op.partition import (access_vectorizable, block_offset, coalesced_plan, emit_by_fragment, emit_by_plan,
                                 fragment_vector_width, load_vectorizable, pick_vector, placed_vector_width,
                                 prefetch_loads, static_shape)
@@ -186,6 +188,8 @@ class ParallelOp(TileOp):
                 if block is not None:
                     self.loop_layout = block[0]
                     break
+        if self.loop_layout is None:
+            self.loop_layout = self._derived_layout(ctx, frags)
         if self.loop_layout is None and level == InferLevel.FREE:
             elem_bits = self._widest_bits()
             vec = 1 if self.scalar_only else self._plan_vector(ctx, elem_bits)
@@ -198,6 +202,13 @@ class ParallelOp(TileOp):
             return {}
         result = {}
         for buf, idx in frags:
+            if not _same_vars(idx, self.vars) and _same_vars_padded(idx, self.vars, buf):
+                # ``logits[i, 0]`` of a (64, 1) fragment: the loop's own elements, over the fragment's shape
+                want = with_unit_dims(self.loop_layout, [int(d) for d in buf.shape])
+                have = ctx.layout_map.get(buf, result.get(buf))
+                if want is not None and (have is None or not self._owns(buf, idx, have)):
+                    result[buf] = want
+                continue
             if not _same_vars(idx, self.vars):
                 if self._block_of(ctx, buf, idx) is not None:
                     continue  # a block of a fragment with a layout, read in the loop's own threads
@@ -220,6 +231,8 @@ class ParallelOp(TileOp):
                     continue
                 want = pulled_back(self.loop_layout, idx, self.vars, self.extents, static_shape(buf.shape, buf.name),
                                    self.inner)
+                if want is None:
+                    want = self._blocks_wish(ctx, buf, idx)
                 if want is None and not self._writes(buf) and self._indexable(idx):
                     # read in a pattern no smaller fragment serves (``a[k, i]`` with k an inner serial loop, an
                     # index computed from several loop variables): every thread holds the whole (read-only) tile
@@ -231,6 +244,42 @@ class ParallelOp(TileOp):
             if have is None or not have.is_equal(self.loop_layout):
                 result[buf] = self.loop_layout  # against a layout already given: a conflict for inference to settle
         return result
+
+    def _derived_layout(self, ctx, frags):
+        """The loop layout under which every iteration runs in the threads holding the element it touches of a
+        fragment that has a layout (TileLang derives a loop's layout from a fragment it touches so), for an access
+        whose indices are the loop's variables, each once, plus offsets from outside the loop (``acc[i + s * 16,
+        j]``), or fixed (``logits[i, 0]``, ``lse[k, i]``): the fragment seen at the smallest offsets that stay
+        inside it, accepted when every offset the program may use leaves each element in the same threads
+        (`threads_agree`). Written fragments are asked first, then unreplicated ones; None when none fits."""
+        order = sorted(enumerate(frags), key=lambda kv: (not self._writes(kv[1][0]),
+                                                          int(getattr(ctx.layout_map.get(kv[1][0]), "replicate", 1))
+                                                          > 1, kv[0]))
+        for _, (buf, idx) in order:
+            lay = ctx.layout_map.get(buf)
+            if lay is None or not _shifted_vars(idx, self.vars, ctx.analyzer):
+                continue
+            at = offsets_inside(idx, self.vars, self.extents, lay.input_shape, ctx.analyzer)
+            loop = access_layout(lay, at, self.vars, self.extents) if at is not None else None
+            if loop is not None and threads_agree(loop, self.vars, lay, idx, self.vars, self.extents, self.inner,
+                                                  ctx.analyzer, exact=self._writes(buf)) is None:
+                return loop
+        return None
+
+    def _blocks_wish(self, ctx, buf, idx):
+        """For a fragment read as ``lse[k, i]`` / ``acc[i + s * 16, j]`` (the loop's variables, in loop order, plus
+        offsets from outside the loop): the layout made of blocks of the loop's shape (unit extents where an index
+        has no loop variable), each laid out as the loop, registers one block after another -- every iteration then
+        holds its element whatever the offset; None when that is not so or the access is not of this form."""
+        if not _shifted_vars(idx, self.vars, ctx.analyzer) or self._writes(buf):
+            return None
+        order = [next((k for k, v in enumerate(self.vars) if _uses(e, v)), None) for e in idx]
+        block = [self.extents[k] if k is not None else 1 for k in order]
+        want = spread_over_blocks(self.loop_layout, block, static_shape(buf.shape, buf.name))
+        if want is None or threads_agree(self.loop_layout, self.vars, want, idx, self.vars, self.extents,
+                                         self.inner, ctx.analyzer) is not None:
+            return None
+        return want
 
     def _cheapest_layout(self, ctx, frags):
         """Of the layouts that the fragments indexed by the loop's own variables already have, the one the others
@@ -279,14 +328,18 @@ class ParallelOp(TileOp):
         frag = self.loop_layout
         if frag is None:
             elem_bits = self._widest_bits()
-            vec = 1 if self.scalar_only else self._plan_vector_lower(ctx, elem_bits)
+            vec = 1 if self.scalar_only or self._writes_per_thread(ctx) else self._plan_vector_lower(ctx, elem_bits)
 
             def make(ix, _guard):
+                # simplified under the lane's range, an index the lanes share reads as one (``(t * 8 + v) // 128``
+                # is ``t // 16``): TVM's vectorizer would make it an index vector, 8 int32 lanes of which CUDA lacks
+                ix = [ctx.analyzer.simplify(e) for e in ix]
                 return fast_int_casts(substitute(body, dict(zip(self.vars, ix))), ctx.analyzer)
 
             return prefetch_loads(emit_by_plan(ctx, self.extents, vec, make, name="par"), ctx.analyzer)
         vec = fragment_vector_width(frag, min(4, max(1, 128 // self._widest_bits())), ctx.analyzer)
-        vec = 1 if self.scalar_only else self._check_vector(ctx, frag, vec)
+        # a reducer written at an index the vector lanes share would fold the lanes into one register: one lane
+        vec = 1 if self.scalar_only or self._writes_per_thread(ctx) else self._check_vector(ctx, frag, vec)
         self._check_ownership(ctx, frag)
 
         # blocks of fragments read in this loop's own threads: (buffer, indices, register placement, offset)
@@ -297,13 +350,14 @@ class ParallelOp(TileOp):
                 blocks.append((buf, idx) + block[1:])
                 vec = placed_vector_width(block[1], vec)
 
-        def make_frag(ix, _guard, l_flat):
+        def make_frag(ix, _guard, l_flat, rep):
             sub = dict(zip(self.vars, ix))
             element = fast_int_casts(substitute(body, sub), ctx.analyzer)
             at = [(buf, [substitute(e, sub) for e in idx], placement, off) for buf, idx, placement, off in blocks]
-            return _direct_fragment_access(element, frag, ix, l_flat, ctx, at)
+            element = _direct_fragment_access(element, frag, ix, l_flat, ctx, at)
+            return _in_one_replica(element, rep) if rep is not None else element
 
-        return emit_by_fragment(ctx, frag, vec, make_frag, name="par", bounds=self.extents)
+        return emit_by_fragment(ctx, frag, vec, make_frag, name="par", bounds=self.extents, replica=True)
 
     def _plan_vector_lower(self, ctx, elem_bits):
         accesses = []
@@ -327,17 +381,37 @@ class ParallelOp(TileOp):
         return 1
 
     def _owns(self, buf, idx, lay):
-        """Whether each iteration finds ``buf[idx]`` in its own thread under `lay` (enumerated once per layout)."""
+        """Whether each iteration finds ``buf[idx]`` in its own thread(s) under `lay` -- for a write, in exactly the
+        threads holding it --, whatever the values of variables from outside the loop in `idx` (enumerated once per
+        layout)."""
         key = (buf, tuple(idx), id(lay))
         if key not in self._owns_cache:
-            self._owns_cache[key] = (lay, self._indexable(idx) and reads_own_elements(
-                self.loop_layout, lay, idx, self.vars, self.extents, self.inner))
+            self._owns_cache[key] = (lay, self._why_not_owned(buf, idx, lay, self.loop_layout) is None)
         return self._owns_cache[key][1]
 
-    def _indexable(self, idx):
-        """Whether `idx` uses only the loop's variables and those of serial loops inside it (static ranges)."""
+    def _why_not_owned(self, buf, idx, lay, loop, analyzer=None, reducer=False):
+        """None when each iteration of the loop run by `loop` finds ``buf[idx]`` in its own thread(s) under `lay`
+        (see _owns); else a sentence naming an iteration that does not."""
+        if not self._indexable(idx, outer=True):
+            return f"the indices {list(idx)} read other buffers or call functions"
+        return threads_agree(loop, self.vars, lay, idx, self.vars, self.extents, self.inner, analyzer,
+                             exact=self._writes(buf) and not reducer)
+
+    def _indexable(self, idx, outer=False):
+        """Whether `idx` uses only the loop's variables and those of serial loops inside it (static ranges); with
+        `outer`, also variables from outside the loop (but no buffer reads or calls)."""
+        if outer:
+            found = []
+            for e in idx:
+                walk(e, [(BufferLoadNode, found.append), (tvm.ir.Call, found.append)])
+            return not found
         known = set(self.vars) | {v for v, _, _ in self.inner}
         return all(free_vars(e) <= known for e in idx)
+
+    def _writes_per_thread(self, ctx):
+        """Whether the loop writes a reducer or a T.alloc_local buffer: each thread's copy, at indices the vector
+        lanes may share (``acc[i] += a[i, j]``), which a vectorized write would fold into one lane."""
+        return any(store and (is_local(b) or b in ctx.reducers) for b, _, store in self.accesses)
 
     def _writes(self, buf):
         return any(store and b.same_as(buf) for b, _, store in self.accesses)
@@ -379,19 +453,23 @@ class ParallelOp(TileOp):
             block = self._block_of(ctx, buf, idx)
             if block is not None and block[0].is_equal(frag):
                 continue
+            # a reducer's replicas each take their own thread's writes (op.reducer): one replica per writer suffices
+            why = self._why_not_owned(buf, idx, lay, frag, ctx.analyzer, reducer=buf in ctx.reducers)
+            if why is None:
+                continue
             free = sorted({str(n) for e in idx for n in free_vars(e) - set(self.vars) - {v for v, _, _ in self.inner}})
             if free:
                 raise TileOpError(
                     f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, "
-                    f"which depends on {', '.join(free)} from outside the loop; such an access must read a block "
-                    f"of the fragment: each index the loop's own variable (in loop order) plus a multiple of that "
-                    f"loop's extent, the extents dividing the fragment's shape {list(lay.input_shape)}, and the "
-                    f"fragment's layout {lay} repeating over those blocks in the same threads")
-            if not reads_own_elements(frag, lay, idx, self.vars, self.extents, self.inner):
-                raise TileOpError(
-                    f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, but "
-                    f"under its layout {lay} some elements live in other threads than the iterations that use them "
-                    f"(loop layout {frag}); copy it through shared memory or change the access")
+                    f"which depends on {', '.join(free)} from outside the loop, and under the fragment's layout {lay} "
+                    f"the threads holding those elements are not the threads running the iterations (loop layout "
+                    f"{frag}) for every value of {', '.join(free)}: {why}. Read blocks of the fragment whose "
+                    f"elements stay in the same threads from one value to the next (the loop's variables plus a "
+                    f"multiple of a period of the layout), or copy it through shared memory")
+            raise TileOpError(
+                f"T.Parallel{tuple(self.extents)} accesses fragment '{buf.name}' as {buf.name}{list(idx)}, but "
+                f"under its layout {lay} some elements live in other threads than the iterations that use them "
+                f"(loop layout {frag}): {why}; copy it through shared memory or change the access")
 
     def describe(self):
         return f"T.Parallel{tuple(self.extents)}"
@@ -473,6 +551,46 @@ def _inner_loops(body):
     return out
 
 
+def _same_vars_padded(indices, vars_, buf):
+    """Whether `indices` are the loop variables in order with a constant 0 at each unit dimension of `buf` beside
+    them (``logits[i, 0]`` of a (64, 1) fragment in a loop over i)."""
+    shape = [int(d) if isinstance(d, tirx.IntImm) else None for d in buf.shape]
+    if len(indices) != len(shape):
+        return False
+    rest = [i for i, n in zip(indices, shape) if not (n == 1 and isinstance(i, tirx.IntImm) and i.value == 0)]
+    return _same_vars(rest, vars_)
+
+
+def _uses(expr, var):
+    return any(u.same_as(var) for u in free_vars(expr))
+
+
+def _shifted_vars(indices, vars_, analyzer):
+    """Whether each of `indices` is a loop variable plus a term free of the loop's variables, or free of them, every
+    loop variable used exactly once and in loop order (``acc[i + s * 16, j]``, ``lse[k, i]``, ``logits[i, 0]``; not
+    a transposed read, whose tile is better converted than written out from the reader's threads)."""
+    reads = []
+    for e in indices:
+        walk(e, [(BufferLoadNode, reads.append), (tvm.ir.Call, reads.append)])
+    if reads:
+        return False
+    found = []
+    split = split_offsets(indices, vars_, analyzer)
+    if split is None:
+        return False
+    for base in split[0]:
+        used = [v for v in vars_ if _uses(base, v)]
+        if len(used) > 1:
+            return False
+        if used:
+            if not isinstance(analyzer.simplify(base - used[0]), tirx.IntImm):
+                return False
+            found.append(used[0])
+        elif not isinstance(base, tirx.IntImm):
+            return False
+    return len(found) == len(vars_) and all(a.same_as(b) for a, b in zip(found, vars_))
+
+
 def _scalar_access(buf, idx):
     """Whether ``buf[idx]`` reads the one element of a one-element fragment by constant indices."""
     return all(isinstance(i, tirx.IntImm) and i.value == 0 for i in idx) and all(
@@ -516,6 +634,36 @@ def _phys(ctx, buf, idx, vars_, ix):
     if is_shared(buf) and buf in ctx.remap:
         return ctx.physical_index(buf, sub)[1]
     return sub
+
+
+def _in_one_replica(stmt, rep):
+    """`stmt` (one element of a loop run by a replicated layout, every replica running it) with its effects beyond
+    the thread's own registers -- stores to shared or global memory, calls such as atomics -- made by replica 0
+    alone (`rep` is the element's replica number): TileLang guards a replicated loop's stores so."""
+    if isinstance(rep, tirx.IntImm):
+        return stmt if rep.value == 0 else _drop_effects(stmt)
+    first = tirx.EQ(rep, tirx.const(0, dtype_of(rep)))
+
+    def on_store(n):
+        return tirx.IfThenElse(first, n, None) if is_global(n.buffer) or is_shared(n.buffer) else n
+
+    def on_eval(n):
+        return tirx.IfThenElse(first, n, None) if isinstance(n.value, tvm.ir.Call) else n
+
+    return map_nodes(stmt, [(tirx.BufferStore, on_store), (tirx.Evaluate, on_eval)], order="post")
+
+
+def _drop_effects(stmt):
+    """`stmt` for a replica other than 0 (see _in_one_replica): its stores to memory and calls removed."""
+    nop = tirx.Evaluate(tirx.const(0, "int32"))
+
+    def on_store(n):
+        return nop if is_global(n.buffer) or is_shared(n.buffer) else n
+
+    def on_eval(n):
+        return nop if isinstance(n.value, tvm.ir.Call) else n
+
+    return map_nodes(stmt, [(tirx.BufferStore, on_store), (tirx.Evaluate, on_eval)], order="post")
 
 
 def _direct_fragment_access(body, frag, ix, l_flat, ctx, blocks=()):

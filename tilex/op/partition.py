@@ -3,7 +3,8 @@
 Every SIMT tile operation (copy, fill, T.Parallel) is a loop nest over a tile. It is lowered in one of two ways:
 
 * by a loop layout (a Fragment): thread ``t`` runs the elements it owns, found through the Fragment's inverse,
-  local index by local index (register tiles stay in registers because local indices are compile-time);
+  local index by local index (register tiles stay in registers because local indices are compile-time); for a box
+  of the Fragment's tile (a copy of a fragment slice), only the registers holding elements of the box;
 * by a coalesced plan: the flattened tile is dealt out in vectors of ``v`` elements to consecutive threads.
 
 In both cases the innermost ``v`` elements become a vectorized loop when every access allows it.
@@ -19,6 +20,7 @@ from tvm import tirx
 from tilex.ir.visit import BufferLoadNode, buffers_written, map_nodes, row_major_offset, seq, substitute, walk
 from tilex.ir.visit import lanes as lanes_of
 from tilex.layout import Fragment
+from tilex.layout.fragment_access import box_chunks
 from tilex.op.base import TileOpError, is_global
 
 
@@ -217,10 +219,12 @@ def emit_by_plan(ctx, extents, vector, make_body, name="i"):
     return _loop(it, rounds, body, unroll=rounds <= 16)
 
 
-def emit_by_fragment(ctx, frag, vector, make_body, name="i", bounds=None):
+def emit_by_fragment(ctx, frag, vector, make_body, name="i", bounds=None, replica=False):
     """Per-thread loop over the elements this thread owns under Fragment `frag` (see emit_by_plan).
 
-    `bounds` are the real extents of the tile when the fragment covers a padded one: padding is skipped.
+    `bounds` are the real extents of the tile when the fragment covers a padded one: padding is skipped. With
+    `replica`, make_body takes a 4th argument: the replica number of the element (of the vector's first lane), or
+    None when `frag` is not replicated.
     """
     t = ctx.thread_var
     if frag.thread_extent > ctx.threads:
@@ -238,18 +242,100 @@ def emit_by_fragment(ctx, frag, vector, make_body, name="i", bounds=None):
     local_idx = unflatten(l_flat, list(frag.local_shape))
     logical = inv.map([t, *local_idx])[: len(frag.input_shape)]
     guard_local = unflatten(lo * vector, list(frag.local_shape))
-    guard_logical = inv.map([t, *guard_local])[: len(frag.input_shape)]
+    guard_out = inv.map([t, *guard_local])
+    guard_logical = guard_out[: len(frag.input_shape)]
+    rep = guard_out[len(frag.input_shape)] if int(frag.replicate) > 1 else None
     with analyzer_scope(ctx.analyzer, {t: tvm.ir.Range(0, ctx.threads), lo: tvm.ir.Range(0, nlocal // vector),
                                         lv: tvm.ir.Range(0, vector)}):
         logical = [ctx.analyzer.simplify(e) for e in logical]
         guard_logical = [ctx.analyzer.simplify(e) for e in guard_logical]
-    body = make_body(logical, guard_logical, l_flat)
+        rep = ctx.analyzer.simplify(rep) if rep is not None else None
+    body = make_body(logical, guard_logical, l_flat, rep) if replica else make_body(logical, guard_logical, l_flat)
     if bounds is not None:
         conds = [g < b for g, b, e in zip(guard_logical, bounds, frag.input_shape) if e > b]
         for c in conds:
             body = tirx.IfThenElse(c, body, None)
     body = _vector_loop(lv, vector, body)
     body = _loop(lo, nlocal // vector, body, unroll=True)
+    if frag.thread_extent < ctx.threads:
+        body = tirx.IfThenElse(t < frag.thread_extent, body, None)
+    return body
+
+
+def emit_by_fragment_box(ctx, frag, vector, mins, extents, make_body, one_replica=False, name="i"):
+    """Per-thread statements over the elements a thread holds under Fragment `frag` that lie in the box
+    ``[mins, mins + extents)`` of its tile (see emit_by_fragment for `make_body`; a chunk of `vector` registers
+    must hold consecutive elements of one row and replica, all inside the box or all outside). With
+    `one_replica`, only replica 0's copies (a replicated fragment written out to memory stores each element once).
+
+    A box with a constant corner visits only the register chunks some thread holds an element of it in, testing
+    the thread where not every thread does; a box whose corner is an expression visits every chunk under a test."""
+    t = ctx.thread_var
+    if frag.thread_extent > ctx.threads:
+        raise TileOpError(f"layout {frag} needs {frag.thread_extent} threads but the kernel has {ctx.threads}")
+    nd = len(frag.input_shape)
+    inv = frag.inverse()
+    lo = tirx.Var(f"{name}_l", "int32")
+    lv = tirx.Var(f"{name}_v", "int32")
+    if vector > 1:
+        ctx.lane_vars.append(lv)
+    nchunks = frag.local_size // vector
+    shape = list(frag.local_shape)
+    logical = inv.map([t, *unflatten(lo * vector + lv, shape)])[:nd]
+    first = inv.map([t, *unflatten(lo * vector, shape)])
+    conds = []
+    for d, (m, e) in enumerate(zip(mins, extents)):
+        if _int(m) == 0 and int(e) == frag.input_shape[d]:
+            continue
+        conds += [m <= first[d], first[d] < m + e]
+    if one_replica and int(frag.replicate) > 1:
+        conds.append(first[nd] == 0)
+    if all(_int(m) is not None for m in mins):
+        chunks = box_chunks(frag, [_int(m) for m in mins], [int(e) for e in extents], vector, one_replica)
+    else:
+        chunks = [(q, False) for q in range(nchunks)]
+
+    def chunk_stmt(q, guarded, run=None):
+        """(test or None, statement) of chunk `q` (an int), or of the chunks `run` (a range) as the loop variable
+        `lo`."""
+        at = {lo: tirx.const(q, "int32")} if q is not None else {}
+        lo_range = tvm.ir.Range.from_min_extent(run.start, len(run)) if run is not None else tvm.ir.Range(0, nchunks)
+        cond = None
+        with analyzer_scope(ctx.analyzer, {t: tvm.ir.Range(0, ctx.threads), lo: lo_range,
+                                            lv: tvm.ir.Range(0, vector)}):
+            ix = [ctx.analyzer.simplify(substitute(e, at)) for e in logical]
+            gix = [ctx.analyzer.simplify(substitute(e, at)) for e in first[:nd]]
+            body = make_body(ix, gix, ctx.analyzer.simplify(substitute(lo * vector + lv, at)))
+            if guarded and conds:
+                cond = conds[0]
+                for c in conds[1:]:
+                    cond = tirx.And(cond, c)
+                cond = ctx.analyzer.simplify(substitute(cond, at))
+                if isinstance(cond, tirx.IntImm) and cond.value:
+                    cond = None
+        return cond, _vector_loop(lv, vector, body)
+
+    def guarded(cond, body):
+        return body if cond is None else tirx.IfThenElse(cond, body, None)
+
+    if not chunks:
+        return tirx.Evaluate(tirx.const(0, "int32"))
+    qs = [q for q, _ in chunks]
+    every = {e for _, e in chunks}
+    if len(every) == 1 and qs == list(range(qs[0], qs[0] + len(qs))) and len(qs) > 1:
+        # one run of chunks, alike: a loop over it
+        body = guarded(*chunk_stmt(None, not every.pop(), range(qs[0], qs[0] + len(qs))))
+        body = tirx.For(lo, qs[0], len(qs), tirx.ForKind.UNROLLED, body)
+    else:
+        # chunk by chunk; neighbours under the same test share it
+        groups = []
+        for q, e in chunks:
+            cond, stmt = chunk_stmt(q, not e)
+            if groups and tvm_ffi.structural_equal(groups[-1][0], cond):
+                groups[-1][1].append(stmt)
+            else:
+                groups.append((cond, [stmt]))
+        body = seq([guarded(cond, seq(stmts)) for cond, stmts in groups])
     if frag.thread_extent < ctx.threads:
         body = tirx.IfThenElse(t < frag.thread_extent, body, None)
     return body

@@ -41,7 +41,8 @@ def reduce_call(src, dst, reduce_type, dim=-1, clear=True):
                             KINDS.index(reduce_type), int(dim), int(bool(clear)))
 
 
-def _combine(kind, a, b):
+def combine(kind, a, b):
+    """`a` and `b` combined by the reduction `kind` (sum / abssum: +, max / absmax, min, bitwise)."""
     if kind in ("sum", "abssum"):
         return a + b
     if kind in ("max", "absmax"):
@@ -55,7 +56,8 @@ def _combine(kind, a, b):
     return tirx.min(a, b)
 
 
-def _init(kind, dtype):
+def identity_value(kind, dtype):
+    """The starting value of a reduction `kind` in `dtype` (0, the lowest / highest value, every bit set)."""
     if kind in ("sum", "abssum", "bitor", "bitxor"):
         return tirx.const(0, dtype)
     if kind == "bitand":  # every bit set
@@ -178,7 +180,8 @@ class ReduceOp(TileOp):
         acc = dst_loc if in_place else tirx.decl_buffer((n,), dtype, "red_acc", scope="local")
         stmts = [] if in_place else [tirx.AllocBuffer(acc)]
         s = tirx.Var("rs", "int32")
-        stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(acc, _init(self.kind, dtype), [s])))
+        stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED,
+                              tirx.BufferStore(acc, identity_value(self.kind, dtype), [s])))
         keep = [d for d in range(len(self.s_shape)) if d != self.dim]
 
         def make(ix, _g, l_flat):
@@ -187,7 +190,7 @@ class ReduceOp(TileOp):
             v = tirx.BufferLoad(src_loc, [l_flat])
             if str(sb.dtype) != dtype:
                 v = tirx.Cast(dtype, v)
-            return tirx.BufferStore(acc, _combine(self.kind, tirx.BufferLoad(acc, [slot]), self._value(v)), [slot])
+            return tirx.BufferStore(acc, combine(self.kind, tirx.BufferLoad(acc, [slot]), self._value(v)), [slot])
 
         stmts.append(emit_by_fragment(ctx, F, 1, make, name="red", bounds=self.s_shape))
         # power-of-two fields inside a warp combine by xor shuffles; anything else goes through shared memory
@@ -198,7 +201,7 @@ class ReduceOp(TileOp):
             while off < sc * e:
                 sh = intrin.shfl_xor(dtype, tirx.BufferLoad(acc, [s]), off)
                 stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED,
-                                      tirx.BufferStore(acc, _combine(self.kind, tirx.BufferLoad(acc, [s]), sh), [s])))
+                                      tirx.BufferStore(acc, combine(self.kind, tirx.BufferLoad(acc, [s]), sh), [s])))
                 off *= 2
         if block_terms:
             stmts.extend(self._cross_warp(ctx, acc, n, dtype, block_terms, P.thread_extent))
@@ -206,7 +209,7 @@ class ReduceOp(TileOp):
             stmts.append(self._store_shared(ctx, D, acc))
         elif not self.clear:
             stmts.append(tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(
-                dst_loc, _combine(self.kind, tirx.BufferLoad(dst_loc, [s]), tirx.BufferLoad(acc, [s])), [s])))
+                dst_loc, combine(self.kind, tirx.BufferLoad(dst_loc, [s]), tirx.BufferLoad(acc, [s])), [s])))
         return tirx.SeqStmt(stmts)
 
     def _cross_warp(self, ctx, acc, n, dtype, terms, holders):
@@ -233,9 +236,9 @@ class ReduceOp(TileOp):
             radix *= e
         tmp = tirx.decl_buffer((n,), dtype, "red_tmp", scope="local")
         read = [
-            tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(tmp, _init(self.kind, dtype), [s])),
+            tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(tmp, identity_value(self.kind, dtype), [s])),
             tirx.For(r, 0, total, tirx.ForKind.UNROLLED, tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(
-                tmp, _combine(self.kind, tirx.BufferLoad(tmp, [s]), tirx.BufferLoad(ws, [s * threads + partner])),
+                tmp, combine(self.kind, tirx.BufferLoad(tmp, [s]), tirx.BufferLoad(ws, [s * threads + partner])),
                 [s]))),
             tirx.For(s, 0, n, tirx.ForKind.UNROLLED, tirx.BufferStore(acc, tirx.BufferLoad(tmp, [s]), [s])),
         ]
@@ -278,7 +281,7 @@ class ReduceOp(TileOp):
         def make(ix, _g, l_flat):
             v = tirx.BufferLoad(acc, [l_flat])
             if not self.clear:
-                v = _combine(self.kind, ctx.load(db, self._dst_index(ix)), v)
+                v = combine(self.kind, ctx.load(db, self._dst_index(ix)), v)
             store = ctx.store(db, v, self._dst_index(ix))
             if int(D.replicate) > 1:
                 store = tirx.IfThenElse(ctx.analyzer.simplify(D.map_thread(list(ix), 0) == t), store, None)
@@ -298,7 +301,7 @@ class ReduceOp(TileOp):
         def make(ix, _g, l_flat):
             slot = tirx.const(0, "int32") if to_shared else l_flat
             if self.clear:
-                acc = _init(self.kind, dtype)
+                acc = identity_value(self.kind, dtype)
             else:
                 acc = ctx.load(db, self._dst_index(ix)) if to_shared else tirx.BufferLoad(dst_loc, [slot])
             full = self._from_dst(ix)
@@ -306,7 +309,7 @@ class ReduceOp(TileOp):
             v = ctx.load(sb, self.src.index(full))
             if str(sb.dtype) != dtype:
                 v = tirx.Cast(dtype, v)
-            upd = tirx.BufferStore(dst_loc, _combine(self.kind, tirx.BufferLoad(dst_loc, [slot]), self._value(v)),
+            upd = tirx.BufferStore(dst_loc, combine(self.kind, tirx.BufferLoad(dst_loc, [slot]), self._value(v)),
                                    [slot])
             stmts = [tirx.BufferStore(dst_loc, acc, [slot]),
                      tirx.For(j, 0, self.s_shape[self.dim], tirx.ForKind.SERIAL, upd)]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
+from tilex.ir import intrin
 from tilex.ir.visit import BufferLoadNode, dtype_of, map_nodes, walk
 
 _ADDRESS_OPS = ("tirx.address_of", "tirx.tvm_access_ptr")
@@ -181,7 +182,30 @@ class _Guard:
         if isinstance(s, tirx.While):
             body = self.stmt(s.body)
             return s if body.same_as(s.body) else tirx.While(s.condition, body, span=s.span)
+        if isinstance(s, tirx.Evaluate) and intrin.is_atomic(s.value):
+            return self.atomic(s)
         return s  # Evaluate (intrinsic calls: their operands are the operators' business), allocations, asserts
+
+    def atomic(self, s):
+        """An element atomic on global memory (``T.atomic_add(C[i, j], v)``, ``T.atomic_addx4``) whose address
+        may leave its tensor runs under the bounds condition (the vector forms: every element they add to)."""
+        call = s.value
+        ptr = call.args[1] if len(call.args) > 1 else None
+        if not (isinstance(ptr, tvm.ir.Call) and isinstance(ptr.op, tvm.ir.Op) and ptr.op.name == "tirx.address_of"):
+            return s
+        load = ptr.args[0]
+        if not isinstance(load, BufferLoadNode) or not _is_global(load.source):
+            return s
+        indices = list(load.indices)
+        width = len(call.args) - 2 if intrin.name_of(call).startswith(intrin.atomic_name("add", True)[:-6]) else 1
+        if width > 1 and indices:
+            last = indices[-1]
+            indices[-1] = tirx.Ramp(last, tirx.const(1, dtype_of(last)), width)
+        cond = self.bounds(load.source, indices)
+        if cond is None:
+            return s
+        self.guarded += 1
+        return tirx.IfThenElse(cond, s, None, span=s.span)
 
 
 def guard_global_access(func):

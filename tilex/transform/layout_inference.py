@@ -31,6 +31,7 @@ from tilex.layout.codec import decode_call, encode
 from tilex.op.base import (InferContext, InferLevel, LayoutConflictError, LayoutConversionWarning, TileOpError,
                            is_fragment)
 from tilex.op.parallel import ParallelOp
+from tilex.op.reducer import reducers_of
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.layout_conversion import Conflict, insert_conversions
 from tilex.layout import Fragment
@@ -40,7 +41,8 @@ from tilex.transform.thread_regions import op_threads
 MAX_CONVERSION_ROUNDS = 4  # a conversion's own copies can conflict in turn; more rounds than this is a bug
 
 
-def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=None, stmts=None, op_threads=None):
+def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=None, stmts=None, op_threads=None,
+                  reducers=frozenset()):
     """Run inference over `ops` (a list of TileOp). Returns {buffer: Layout | Fragment}. An operator in a thread
     region (T.ws, a branch on the thread index) is asked with its region's thread count, `op_threads` {id(op):
     count}; the others with the block's `threads`.
@@ -49,7 +51,7 @@ def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=
     it takes part in, names that place (its Python type is kept). With `conflicts` (a list) and `stmts` ({id(op):
     its statement}), a fragment conflict raised by an operator in `stmts` is appended to `conflicts` as a
     `Conflict` instead (the fragment keeps its first layout)."""
-    ctx = InferContext(layout_map=dict(pinned or {}), threads=threads, target=target)
+    ctx = InferContext(layout_map=dict(pinned or {}), threads=threads, target=target, reducers=reducers)
     origin = {b: "T.annotate_layout" for b in ctx.layout_map}
     span_by_op = {id(op): span for op, span in zip(ops, spans or [])}
 
@@ -129,7 +131,8 @@ def layout_inference(func, target=None):
         conflicts = []
         layout_map = infer_layouts(ops, info.threads, target=target, pinned=pinned, spans=spans,
                                    conflicts=conflicts, stmts={id(op): stmt for stmt, op in found},
-                                   op_threads=op_threads(func.body, found, info.threads))
+                                   op_threads=op_threads(func.body, found, info.threads),
+                                   reducers=frozenset(reducers_of(func.body)))
         if not conflicts:
             break
         body, pins, round_notes = insert_conversions(func.body, conflicts)

@@ -1,10 +1,11 @@
 """LegalVectorWidths: a ``T.vectorized`` loop wider than one 16-byte access becomes a loop of 16-byte vectors.
 
 Consumes: flat TIR (after FlattenBuffer), before TVM's VectorizeLoop.
-Produces: the same program where each vectorized loop whose lanes hold more than 128 bits of its widest element
-type is split into a serial outer loop over an inner vectorized loop of at most 128 bits, the inner width the largest
-power of two that divides the extent and keeps every contiguous access aligned to it (1 lane: an unrolled loop).
-Loops of 128 bits or fewer are left as written.
+Produces: the same program where each vectorized loop whose lanes hold more than 128 bits of its narrowest element
+type (every access it makes wider than one 16-byte load or store) is split into a serial outer loop over an inner
+vectorized loop of 16 bytes of that type (a widening copy's 8 halves in, 8 floats out, as TVM prints them), the
+inner width the largest power of two that divides the extent and keeps every contiguous access aligned to it (1
+lane: an unrolled loop). Other loops are left as written.
 
 Why: a program may vectorize a whole per-thread row (``for i in T.vectorized(128): local[i] = A[...]``); TVM
 vectorizes it into one ``float32x128`` value, which CUDA has no type for. The widest load or store a thread issues
@@ -27,9 +28,9 @@ def _accesses(body):
     return found
 
 
-def _widest_bits(body) -> int:
+def _narrowest_bits(body) -> int:
     bits = [tvm.DataType(str(buf.dtype)).bits for buf, _ in _accesses(body)]
-    return max(bits, default=32)
+    return min(bits, default=32)
 
 
 def _aligned(body, var, lanes, analyzer) -> bool:
@@ -56,7 +57,7 @@ def legal_vector_loop(loop, analyzer=None):
     if loop.kind != tirx.ForKind.VECTORIZED or not isinstance(loop.extent, tirx.IntImm):
         return loop
     extent = int(loop.extent.value)
-    bits = _widest_bits(loop.body)
+    bits = _narrowest_bits(loop.body)
     if extent * bits <= MAX_VECTOR_BITS:
         return loop
     analyzer = analyzer or tvm.sym.Analyzer()

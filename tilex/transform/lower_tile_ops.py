@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 
 import tvm
+import tvm_ffi
 from tvm import tirx
 
 from tilex.ir import intrin
 from tilex.ir.names import (ACCESS_PTR_OP, ASYNC_MMA_SCOPE, ASYNC_MMA_WS_SYNC, LAYOUT_MAP_ATTR, LOOP_LAYOUT_ATTR,
-                            MANUAL_SYNC_ATTR, THREAD_RANGE, USE_SWIZZLE_OP)
+                            MANUAL_SYNC_ATTR, REDUCER_MARKER, SHARED_USED_BYTES, THREAD_RANGE, USE_SWIZZLE_OP)
 from tilex.ir.source import add_location, span_of
 from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, mutate, seq_items, walk
 from tilex.layout.codec import decode
@@ -28,6 +29,7 @@ from tilex.op.base import LowerContext, TileOpError, is_fragment, is_shared
 from tilex.op.explicit_async import TmaCopyOp, tma_only_tiles
 from tilex.op.gemm import GemmOp
 from tilex.op.parallel import ParallelOp
+from tilex.op.reducer import reducers_of
 from tilex.op.registry import parse_tile_op
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.op_collect import collect_views, is_parallel_nest
@@ -97,7 +99,7 @@ def lower_tile_ops(func, target=None):
     enc = func.attrs.get(LAYOUT_MAP_ATTR) if func.attrs is not None else None
     layout_map = {b: decode(v) for b, v in enc.items()} if enc is not None else {}
     ctx = LowerContext(layout_map=layout_map, thread_var=info.thread_var, threads=info.threads, target=target,
-                       analyzer=tvm.sym.Analyzer(), remap={})
+                       analyzer=tvm.sym.Analyzer(), remap={}, reducers=frozenset(reducers_of(func.body)))
     staged = any(op.stages_swizzled_shared(ctx) for op in _tile_ops(func.body))
     remap = ctx.remap = _physical_buffers(_allocated_buffers(func.body), layout_map, staged)
     views = [op for _, op in collect_views(func.body)]
@@ -113,6 +115,8 @@ def lower_tile_ops(func, target=None):
     regions = []  # the thread regions being lowered, innermost last
 
     def on_eval(node, m):
+        if is_op_call(node.value, REDUCER_MARKER):  # read above (ctx.reducers); no code
+            return tirx.Evaluate(tirx.const(0, "int32"))
         op = parse_tile_op(node.value) if isinstance(node.value, tvm.ir.Call) else None
         if op is None:
             _check_not_tile_op(node.value)
@@ -144,7 +148,13 @@ def lower_tile_ops(func, target=None):
 
     def on_alloc(node, m):
         phys = remap.get(node.buffer)
-        return tirx.AllocBuffer(phys) if phys is not None else node
+        if phys is None:
+            return node
+        if is_shared(node.buffer) and int(phys.shape[0]) != _shared_elems(node.buffer, layout_map):
+            # padded to whole KB: the bytes it uses ride along for a placement of tilex's own (shared_reuse)
+            used = _shared_elems(node.buffer, layout_map) * tvm.DataType(str(phys.dtype)).bits // 8
+            return tirx.AllocBuffer(phys, annotations={SHARED_USED_BYTES: tirx.const(used, "int64")})
+        return tirx.AllocBuffer(phys)
 
     def on_decl(node, m):
         op = next((v for v in views if v.view.same_as(node.buffer)), None)
@@ -182,7 +192,7 @@ def lower_tile_ops(func, target=None):
                                                  (tirx.AllocBuffer, on_alloc), (tirx.DeclBuffer, on_decl),
                                  (tirx.IfThenElse, on_if),
                                  (tirx.AttrStmt, on_attr)])
-    body = _remap_leftover_accesses(body, ctx)
+    body = _remap_leftover_accesses(body, ctx, info.block_extents)
     # element atomics on shared memory were built before buffers took their final form: make them visible to
     # ThreadSync (tvm_access_ptr) so it orders them against the plain accesses around them
     body = expose_shared_atomics(body)
@@ -219,8 +229,33 @@ def _lower_located(op, ctx, span):
         raise
 
 
-def _remap_leftover_accesses(body, ctx):
-    """Accesses written by the user outside tile ops (e.g. ``A_s[i, j]`` in a serial loop) go through layouts."""
+def _loop_ranges(body):
+    """The range of every loop variable of `body` that heads loops of one range only (a variable that heads two
+    loops of different ranges is left out)."""
+    ranges, clash = {}, set()
+
+    def on_for(loop):
+        rng = tvm.ir.Range.from_min_extent(loop.min, loop.extent)
+        seen = ranges.setdefault(loop.loop_var, rng)
+        if seen is not rng and not (tvm_ffi.structural_equal(seen.min, rng.min)
+                                    and tvm_ffi.structural_equal(seen.extent, rng.extent)):
+            clash.add(loop.loop_var)
+
+    walk(body, (tirx.For, on_for))
+    return {v: r for v, r in ranges.items() if v not in clash}
+
+
+def _remap_leftover_accesses(body, ctx, block_extents):
+    """Accesses written by the user outside tile ops (e.g. ``A_s[i, j]`` in a serial loop) go through layouts.
+
+    Each physical index is simplified under the ranges of the block's thread and block indices and of the loops
+    around it: a swizzled address of ``for v in T.vectorized(8): A_s[r, c * 8 + v]`` then reads as a base plus
+    ``v``, which TVM's vectorizer turns into one vector access (left unsimplified, the swizzle's xor hides it and
+    the store becomes a lane-wise scatter)."""
+    ana = tvm.sym.Analyzer()
+    ana.bind(ctx.thread_var, tvm.ir.Range(0, ctx.threads), allow_override=True)
+    for var, rng in {**block_extents, **_loop_ranges(body)}.items():
+        ana.bind(var, rng if isinstance(rng, tvm.ir.Range) else tvm.ir.Range(0, rng), allow_override=True)
 
     def check(buf, node):
         if is_fragment(buf):
@@ -233,7 +268,8 @@ def _remap_leftover_accesses(body, ctx):
     def on_load(n):
         if n.source in ctx.remap:
             check(n.source, n)
-            return ctx.load(n.source, list(n.indices))
+            phys, idx = ctx.physical_index(n.source, list(n.indices))
+            return tirx.BufferLoad(phys, [ana.simplify(i) for i in idx])
         return n
 
     def on_call(c):
@@ -247,7 +283,8 @@ def _remap_leftover_accesses(body, ctx):
     def on_store(n):
         if n.buffer in ctx.remap:
             check(n.buffer, n)
-            return ctx.store(n.buffer, n.value, list(n.indices))
+            phys, idx = ctx.physical_index(n.buffer, list(n.indices))
+            return tirx.BufferStore(phys, n.value, [ana.simplify(i) for i in idx])
         return n
 
     return map_nodes(body, [(BufferLoadNode, on_load), (tirx.BufferStore, on_store), (tvm.ir.Call, on_call)],

@@ -5,7 +5,8 @@ import tvm
 import tvm_ffi
 from tvm import tirx
 
-from tilex.ir.visit import BufferLoadNode, walk
+from tilex.ir.names import REDUCER_MARKER
+from tilex.ir.visit import BufferLoadNode, is_op_call, walk
 
 from tilex.op.base import is_fragment, is_shared
 from tilex.op.parallel import ParallelOp
@@ -81,8 +82,9 @@ def collect_loose_fragments(body):
             found.append(buf)
 
     def on_eval(node):
-        if isinstance(node.value, tvm.ir.Call) and parse_tile_op(node.value) is not None:
-            return tvm_ffi.WalkResult.SKIP
+        if isinstance(node.value, tvm.ir.Call) and (parse_tile_op(node.value) is not None
+                                                    or is_op_call(node.value, REDUCER_MARKER)):
+            return tvm_ffi.WalkResult.SKIP  # a reducer's marker names it, reads nothing
         return None
 
     def on_for(node):

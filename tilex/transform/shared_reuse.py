@@ -10,8 +10,14 @@ plan_reuse (called by tilex.transform.shared_tiles.KeepTilesApart, before it hoi
   else a TileReuse: every tile's byte offset in one arena (tiles whose lifetimes overlap never overlap in bytes),
   the arena's size, and the statements with a *reuse barrier* before the first access of each tile that takes over
   bytes an earlier tile used; `fits` says whether the arena fits the block (never when there is a single tile or
-  a tile is a view of another's memory or the kernel has thread regions, whose tiles are in use side by side: no
-  plan is made then).
+  a tile is a view of another's memory: no plan is made then). A kernel with thread regions, whose tiles are in
+  use side by side, gets its tiles packed without sharing bytes (no barrier).
+
+  Placement. A tile takes the bytes it uses: one that LowerTileOps padded to whole KB beside 1 KB-aligned swizzled
+  tiles (TVM's merge packs tiles one after another, smallest first, so each had to keep the next aligned; the
+  ``tilex.used_bytes`` annotation of its allocation) is placed at its own size and alignment here. Tiles are placed
+  largest alignment first (the largest power of two dividing the size, 64 B to 1 KB, at least 128 B for a tile TMA
+  loads or stores), then largest first, each at the lowest aligned offset clear of the tiles it lives beside.
 
 PlaceSharedTiles (among TVM's passes: after ThreadSync, NamedBarriers and BulkStoreWaits, before TVM's
 MergeSharedMemoryAllocations)
@@ -49,7 +55,7 @@ from tvm import tirx
 
 from tilex.ir import intrin
 from tilex.ir.names import SHARED_PLACEMENT_ATTR, THREAD_RANGE, WS_CONSUMER, WS_PRODUCER_SIDE
-from tilex.ir.shared_memory import block_footprint, buffer_bytes
+from tilex.ir.shared_memory import block_footprint, buffer_bytes, used_bytes
 from tilex.ir.visit import BufferLoadNode, is_sync, map_nodes, seq, seq_items, storage_sync, walk
 from tilex.transform.hopper.roles import is_role_split
 
@@ -265,21 +271,21 @@ def _reuse_barrier(before, arriving) -> list:
 
 
 # ---- placement ----------------------------------------------------------------------------------------------------
-def _alignment(nbytes: int) -> int:
+def _alignment(nbytes: int, bulk: bool = False) -> int:
     """A tile's alignment in the arena: its size's largest power-of-two factor, 64 to 1024 bytes (whole-KB tiles
-    are the swizzled ones and need 1 KB)."""
-    a = 64  # (what TVM's merge gives every buffer)
+    are the swizzled ones and need 1 KB); at least 128 for a tile TMA loads or stores (`bulk`)."""
+    a = 128 if bulk else 64  # (64: what TVM's merge gives every buffer)
     while a < _WHOLE_KB and nbytes % (2 * a) == 0:
         a *= 2
     return a
 
 
-def _place(tiles, sizes, conflicts) -> dict:
-    """{tile: byte offset}: larger tiles first, each at the lowest aligned offset clear of the tiles it lives
-    beside."""
+def _place(tiles, sizes, conflicts, aligns) -> dict:
+    """{tile: byte offset}: larger alignments first, then larger tiles, each at the lowest offset aligned to
+    `aligns[tile]` clear of the tiles it lives beside."""
     offsets = {}
-    for t in sorted(tiles, key=lambda t: -sizes[t]):
-        align = _alignment(sizes[t])
+    for t in sorted(tiles, key=lambda t: (-aligns[t], -sizes[t])):
+        align = aligns[t]
         placed = sorted((offsets[u], offsets[u] + sizes[u]) for u in offsets if u in conflicts[t])
         at = 0
         for lo, hi in placed:
@@ -304,23 +310,36 @@ def _pinned(body, tiles) -> set:
 def plan_reuse(kernel_body, limit: int, static_bytes: int, uniform_vars) -> TileReuse | None:
     """The placement of the ``shared.dyn`` tiles allocated in `kernel_body` (module docstring), or None when they
     fit side by side (or none is a plain allocation whose size is known)."""
-    allocs = []
+    allocs = {}
     views = []
-    walk(kernel_body, [(tirx.AllocBuffer, lambda n: allocs.append(n.buffer) if str(n.buffer.scope()) == _DYNAMIC
-                        else None),
+
+    def on_alloc(node):
+        if str(node.buffer.scope()) == _DYNAMIC:
+            allocs.setdefault(node.buffer, node)
+
+    walk(kernel_body, [(tirx.AllocBuffer, on_alloc),
                        (tirx.DeclBuffer, lambda n: views.append(n) if str(n.buffer.scope()) == _DYNAMIC else None)])
-    tiles = list(dict.fromkeys(allocs))
-    sizes = {t: buffer_bytes(t) for t in tiles}
-    if any(v is None for v in sizes.values()) or block_footprint(static_bytes, sum(sizes.values())) <= limit:
+    tiles = list(allocs)
+    padded = {t: buffer_bytes(t) for t in tiles}
+    if any(v is None for v in padded.values()) or block_footprint(static_bytes, sum(padded.values())) <= limit:
         return None
     if len(tiles) < 2 or views:  # nothing to share, or tiles over another's memory already (views: not planned)
-        return TileReuse({}, sum(sizes.values()), False, kernel_body)
+        return TileReuse({}, sum(padded.values()), False, kernel_body)
+    # placed by tilex, a tile padded to whole KB for TVM's merge takes only the bytes it uses
+    sizes = {t: used_bytes(allocs[t]) for t in tiles}
+    kinds = _async_accesses(kernel_body, set(tiles))
+    aligns = {t: _alignment(sizes[t], bool(kinds.get(t, set()) & {"tma_load", "bulk_store"})) for t in tiles}
     regions = []
     walk(kernel_body, (tirx.AttrStmt, lambda n: regions.append(n) if n.attr_key == THREAD_RANGE else None))
-    if regions:
-        return TileReuse({}, sum(sizes.values()), False, kernel_body,
-                         "the thread regions (T.ws) of this kernel run side by side: their tiles never share memory")
     tile_set = set(tiles)
+    if regions:
+        # the thread regions (T.ws) run side by side: their tiles are packed, never share bytes, need no barrier
+        offsets = _place(tiles, sizes, {t: tile_set - {t} for t in tiles}, aligns)
+        size = max(offsets[t] + sizes[t] for t in tiles)
+        if block_footprint(static_bytes, size) <= limit and not _pinned(kernel_body, tile_set):
+            return TileReuse(offsets, size, True, kernel_body)
+        return TileReuse({}, size, False, kernel_body,
+                         "the thread regions (T.ws) of this kernel run side by side: their tiles never share memory")
     timeline = _Timeline(tile_set, uniform_vars)
     timeline.visit(kernel_body)
     span = (0, timeline.count)
@@ -328,14 +347,13 @@ def plan_reuse(kernel_body, limit: int, static_bytes: int, uniform_vars) -> Tile
     life = {t: (span if t in pinned else (timeline.lifetime(t) or span)) for t in tiles}
     conflicts = {t: {u for u in tiles if u is not t and life[u][0] <= life[t][1] and life[t][0] <= life[u][1]}
                  for t in tiles}
-    offsets = _place(tiles, sizes, conflicts)
+    offsets = _place(tiles, sizes, conflicts, aligns)
     size = max(offsets[t] + sizes[t] for t in tiles)
     reuse = TileReuse(offsets, size, block_footprint(static_bytes, size) <= limit, kernel_body)
     if not reuse.fits:
         return reuse
 
     # reuse barriers: before the first touch of every tile that takes over bytes used before it
-    kinds = _async_accesses(kernel_body, tile_set)
     at = {}  # number -> (async kinds before, async kinds arriving)
     for t in tiles:
         earlier = [u for u in tiles if u is not t and offsets[u] < offsets[t] + sizes[t]
@@ -407,14 +425,18 @@ def PlaceSharedTiles(func, mod, ctx):  # noqa: N802
     placement = func.attrs.get(SHARED_PLACEMENT_ATTR) if func.attrs is not None else None
     if placement is None:
         return func
-    here = set()
-    walk(func.body, (tirx.AllocBuffer, lambda n: here.add(n.buffer)))
+    here = {}
+
+    def on_alloc(node):
+        here.setdefault(node.buffer, used_bytes(node))
+
+    walk(func.body, (tirx.AllocBuffer, on_alloc))
     offsets = {t: int(o) for t, o in placement.items() if t in here}  # (one kernel of several: its own tiles)
     if not offsets:
         return func
-    size = max(offsets[t] + buffer_bytes(t) for t in offsets)
+    size = max(offsets[t] + here[t] for t in offsets)
     arena = tirx.decl_buffer((size,), "uint8", "buf_dyn_shmem", scope=_DYNAMIC)  # the name TVM's merge gives
-    views = {t: tirx.decl_buffer((offsets[t] * 8 // _element_bits(t.dtype) + _elements(t),), str(t.dtype), t.name,
+    views = {t: tirx.decl_buffer(((offsets[t] + here[t]) * 8 // _element_bits(t.dtype),), str(t.dtype), t.name,
                                  data=arena.data, scope=_DYNAMIC) for t in offsets}
     first = [True]
 
@@ -438,10 +460,3 @@ def PlaceSharedTiles(func, mod, ctx):  # noqa: N802
 def _element_bits(dtype) -> int:
     dt = tvm.DataType(str(dtype))
     return dt.bits * dt.lanes
-
-
-def _elements(buf) -> int:
-    n = 1
-    for d in buf.shape:
-        n *= int(d)
-    return n

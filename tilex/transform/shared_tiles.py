@@ -6,14 +6,26 @@ KeepTilesApart (among TVM's passes, before ThreadSync and MergeSharedMemoryAlloc
   Produces: every ``shared.dyn`` allocation at the start of the kernel body (inside its launch scopes, in their
   original order), followed by a ``tilex.keep_alive`` statement touching all of them; another one ends the body.
 
+  A shared tile nothing reads, writes or points to (``T.alloc_shared`` under a branch of the program's Python that
+  was not taken, as a bias tile without a bias) is dropped first: it takes no memory.
+
   A kernel whose tiles do not fit one block side by side (sm_90: 227 KB) is first given to
   tilex.transform.shared_reuse.plan_reuse: tiles whose lifetimes do not overlap share bytes, with a reuse barrier
   before each tile that takes over another's; the placement rides in the ``tilex.shared_placement`` attribute to
   PlaceSharedTiles (after ThreadSync, which still plans the tiles apart). When even that does not fit, the pass
   raises the shared-memory error naming the largest tiles and what tilex added to the program's own.
 
+ScopeBindsForMerge (right before MergeSharedMemoryAllocations)
+  Consumes: a kernel whose statements may bind a variable to a value that reads a buffer allocated in the same
+  sequence (``T.make_tensor(A_ptrs[i], ...)`` with ``i`` a ``T.alloc_var``: the address read into a let).
+  Produces: each such binding and the statements after it wrapped in an ``extern_scope`` attribute. TVM's merge
+  walks statements keeping a stack of scopes, refusing a load made at the level of its buffer's allocation ("Load
+  memory in places other than store"): stores, evaluations, loops and branches open a level, a binding does not;
+  the attribute opens one.
+
 DropKeepAlive (right after MergeSharedMemoryAllocations)
-  Removes the ``tilex.keep_alive`` statements (and a ``tilex.shared_placement`` attribute still there).
+  Removes the ``tilex.keep_alive`` statements, the scopes ScopeBindsForMerge added (their statements stay, in
+  order) and a ``tilex.shared_placement`` attribute still there.
 
 Why: MergeSharedMemoryAllocations lets two buffers share memory when the statements touching one all come after
 those touching the other (at the level of their allocation). Touched first and last in the kernel, no tile has
@@ -30,7 +42,7 @@ from tvm.tirx import op as tirx_op
 from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.names import KEEP_ALIVE_OP, SHARED_PLACEMENT_ATTR
 from tilex.ir.shared_memory import block_footprint, buffer_bytes, shared_usage, shortfall_message
-from tilex.ir.visit import is_op_call, map_nodes, seq_items, walk
+from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, seq, seq_items, walk
 from tilex.transform.kernel_scope import outer_launch_chain
 from tilex.transform.shared_reuse import plan_reuse
 
@@ -45,8 +57,31 @@ def _keep_alive(buffers):
     return tirx.Evaluate(tirx.call_intrin("void", KEEP_ALIVE_OP, *ptrs))
 
 
+def _is_shared(stmt) -> bool:
+    return isinstance(stmt, tirx.AllocBuffer) and str(stmt.buffer.scope()).startswith("shared")
+
+
+def drop_unused_tiles(body):
+    """`body` without the allocations of its shared tiles that nothing else references (no load, store, access
+    pointer, view or call names them)."""
+    tiles = set()
+    walk(body, (tirx.AllocBuffer, lambda n: tiles.add(n.buffer) if _is_shared(n) else None))
+    if not tiles:
+        return body
+    rest = map_nodes(body, (tirx.AllocBuffer, lambda n: tirx.Evaluate(0) if n.buffer in tiles else n))
+    used = set()
+    walk(rest, (tvm.ir.Var, lambda v: used.add(v) if v in tiles else None))
+    unused = tiles - used
+    if not unused:
+        return body
+    return map_nodes(body, (tirx.AllocBuffer, lambda n: tirx.Evaluate(0) if n.buffer in unused else n))
+
+
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.KeepTilesApart")
 def KeepTilesApart(func, mod, ctx):  # noqa: N802
+    body = drop_unused_tiles(func.body)
+    if not body.same_as(func.body):
+        func = func.with_body(body)
     chain = outer_launch_chain(func.body)
     launches = []
     walk(func.body, (tirx.AttrStmt, lambda n: launches.append(n) if n.attr_key == "thread_extent" else None))
@@ -109,12 +144,53 @@ def _reuse_or_report(func, chain):
     raise ValueError(shortfall_message(total, limit, arch, tiles, shared, reuse.why_not))
 
 
+#: TVM's attribute key whose statement its merge's access finder treats as a scope of its own
+_EXTERN_SCOPE = "extern_scope"
+#: the attribute node that marks the scopes ScopeBindsForMerge adds
+_BIND_SCOPE = "tilex.bind_scope"
+
+
+def _is_bind_scope(node) -> bool:
+    return (isinstance(node, tirx.AttrStmt) and node.attr_key == _EXTERN_SCOPE
+            and isinstance(node.node, tvm.ir.StringImm) and str(node.node.value) == _BIND_SCOPE)
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="tilex.ScopeBindsForMerge")
+def ScopeBindsForMerge(func, mod, ctx):  # noqa: N802
+    allocated = set()
+    walk(func.body, (tirx.AllocBuffer, lambda n: allocated.add(n.buffer)))
+    if not allocated:
+        return func
+
+    def reads_allocated(expr) -> bool:
+        found = []
+        walk(expr, (BufferLoadNode, lambda n: found.append(n) if n.source in allocated else None))
+        return bool(found)
+
+    def on_seq(node):
+        items = list(node.seq)
+        changed = False
+        for i in range(len(items) - 1, -1, -1):  # from the last: an earlier binding's scope holds the later ones
+            if isinstance(items[i], tirx.Bind) and reads_allocated(items[i].value):
+                scope = tirx.AttrStmt(tvm.ir.StringImm(_BIND_SCOPE), _EXTERN_SCOPE, tirx.const(0, "int32"),
+                                      seq(items[i:]))
+                items = items[:i] + [scope]
+                changed = True
+        return seq(items) if changed else node
+
+    body = map_nodes(func.body, (tirx.SeqStmt, on_seq), order="post")
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.DropKeepAlive")
 def DropKeepAlive(func, mod, ctx):  # noqa: N802
     def on_eval(node):
         return tirx.Evaluate(0) if is_op_call(node.value, KEEP_ALIVE_OP) else node
 
-    func = func.with_body(map_nodes(func.body, (tirx.Evaluate, on_eval)))
+    def on_attr(node):
+        return node.body if _is_bind_scope(node) else node
+
+    func = func.with_body(map_nodes(func.body, [(tirx.Evaluate, on_eval), (tirx.AttrStmt, on_attr)]))
     if func.attrs is not None and SHARED_PLACEMENT_ATTR in func.attrs:  # left by a program of several kernels
         func = func.without_attr(SHARED_PLACEMENT_ATTR)
     return func

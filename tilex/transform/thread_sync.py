@@ -10,22 +10,49 @@ TVM's ThreadSync plans every ``shared.dyn`` access as one array, because TVM mer
 overlap them. It would put a barrier between a read of one tile and a write of another: in a loop that reads packed
 codes and writes the decoded tile, one per element. Here the tiles are planned under the static ``shared`` scope,
 where TVM tells buffers apart, and get their scope back afterwards. A kernel with a ``shared.dyn`` buffer that is a
-view of another (a DeclBuffer) keeps TVM's planning. A condition every thread evaluates alike (no thread index, no per-thread or shared value) may hold barriers
-(TVM is told with ``tvm_thread_invariant``). A condition that reads shared memory (``if flag[0] == ...``),
-which TVM's access planner cannot place, is computed into a variable just before its ``if``. A kernel with thread
-regions (T.ws, branches on the thread index; `tilex.transform.thread_regions`) is planned region by region, the
-barriers inside a region becoming named barriers over its threads. T.async_copy's ``tilex.async_write`` markers
-(the tile a cp.async writes) are read here and dropped.
+view of another (a DeclBuffer) keeps TVM's planning.
+
+Where barriers may go. A barrier must be reached by every thread of the block (or of the region whose named
+barrier it is). TVM places barriers inside a condition only when told it is uniform (``tvm_thread_invariant``), and
+never inside a ``while``; it does place them inside any ``for``. tilex.transform.block_uniform decides which
+conditions every thread evaluates alike (block indices, parameters, read-only global tensors, shared memory the
+planning sees, ``T.alloc_var`` scalars written alike, ...) and which loops run different iterations in different
+threads; conditions of the first kind are marked, loops of the second kind that touch shared memory are put under a
+condition TVM will not place a barrier in. A condition that reads shared memory (``if flag[0] == ...``), which TVM's
+access planner cannot place, is computed into a variable just before its ``if``.
+
+When TVM still refuses a barrier (one is needed inside a branch it may not hold): the kernel is planned again with
+every branch on an interval of threads (``if tx < 256``, T.ws) as a thread region (`tilex.transform.thread_regions`):
+region by region, the barriers inside a region becoming named barriers over its threads. A barrier still needed
+inside a statement the threads may run differently -- a branch on a per-thread value, a divergent loop, a
+``while`` -- has no correct place: moving it before the statement (TileLang's way, with a warning) leaves both
+conflicting accesses after it, unordered. Such a kernel is a ValueError naming the statement, unless the program
+places its own barriers (TileLang's ``TL_DISABLE_THREAD_STORAGE_SYNC``, tilex option ``trust_program_barriers``):
+then that statement's inside keeps only the program's barriers, and the rest of the kernel is planned as usual.
+
+T.async_copy's ``tilex.async_write`` markers (the tile a cp.async writes) are read here and dropped.
 """
 from __future__ import annotations
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.tirx import _ffi_api
+from tvm.tirx import op as tirx_op
 
+from tilex import config
+from tilex.ir import intrin
 from tilex.ir.names import ASYNC_WRITE_OP, KEEP_ALIVE_OP
-from tilex.ir.visit import buffers_used, is_op_call, map_nodes, substitute, walk
+from tilex.ir.source import add_location, span_of
+from tilex.ir.visit import (BufferLoadNode, buffers_used, is_op_call, is_sync, map_nodes, mutate, seq, seq_items,
+                            substitute, walk)
+from tilex.transform.block_uniform import BlockUniformity, is_shared
 from tilex.transform.thread_regions import has_regions, mark_thread_regions, sync_regions
+
+#: tilex option (tilex.config.KNOWN; TileLang's TL_DISABLE_THREAD_STORAGE_SYNC sets it): the program places its
+#: own barriers where tilex finds no correct place for one
+TRUST_PROGRAM_BARRIERS = "trust_program_barriers"
+_SKIP = tvm_ffi.WalkResult.SKIP
 
 _DYNAMIC = "shared.dyn"
 _STATIC = "shared"
@@ -60,7 +87,8 @@ def _hoist_shared_conditions(body):
             return node
         c = tirx.Var("cond", "bool")
         hoisted[c] = node.condition
-        return tirx.SeqStmt([tirx.Bind(c, node.condition), tirx.IfThenElse(c, node.then_case, node.else_case)])
+        return tirx.SeqStmt([tirx.Bind(c, node.condition),
+                             tirx.IfThenElse(c, node.then_case, node.else_case, span=node.span)])
 
     return map_nodes(body, (tirx.IfThenElse, on_if)), hoisted
 
@@ -78,85 +106,124 @@ def _restore_conditions(body, hoisted):
 
 
 _INVARIANT = "tirx.tvm_thread_invariant"
+_DIVERGENT_LOOP = "tilex.divergent_loop"  # while planning: `if guard(): <loop>` around a divergent loop (this file)
+_DIVERGENT_LOOP_GUARD = "tilex_divergent_loop"  # ... its condition, opaque to TVM (a constant would count as uniform)
+_WHILE_LOOP = "tilex.while_loop"  # while planning: a while loop's stand-in, a for loop reading the condition first
+_WHILE_CONDITION = "tilex_while_condition"  # ... that read (this file)
+_PROBE = "tilex.sync_probe"  # while probing: one statement that may not hold barriers, by index (this file)
+_HIDDEN = "tilex_sync_hidden"  # a statement left to the program's own barriers, by index (this file)
 
 
-def _mark_invariant_conditions(body):
-    """`body` with the condition of each ``if`` that every thread of the block evaluates alike (it reads no thread
-    index and no per-thread or shared value, directly or through a let variable) wrapped in
-    ``tvm_thread_invariant``: TVM's ThreadSync then places barriers inside it (all threads take the branch
-    together), where it refuses to for other conditions -- a pipelined loop under ``if block_index_ok:`` of a
-    sparse-attention kernel."""
-    variant = set()
+def _touches_shared(stmt) -> bool:
+    found = []
 
-    def on_attr(node):
-        if node.attr_key == "thread_extent" and node.node.thread_tag.startswith("threadIdx"):
-            variant.add(node.node.var)
+    def on_call(c):
+        if is_op_call(c, "tirx.tvm_access_ptr") and any(is_shared(b) for b in _buffer_vars(c.args[1])):
+            found.append(c)
 
-    walk(body, (tirx.AttrStmt, on_attr))
+    walk(stmt, (tvm.ir.Call, on_call))
+    return bool(found) or any(is_shared(b) for b in buffers_used(stmt))
 
-    uniform_vars = set()  # T.alloc_var scalars every thread writes with the same values
 
-    def invariant(expr):
-        if any(str(b.scope()) not in ("global", "") and b not in uniform_vars for b in buffers_used(expr)):
-            return False
-        found = []
-        walk(expr, (tvm.ir.Var, lambda v: found.append(v) if v in variant else None))
-        return not found
+def _buffer_vars(expr) -> set:
+    out = set()
+    walk(expr, (tvm.ir.Var, lambda v: out.add(v) if tirx.is_buffer_var(v) else None))
+    return out
 
-    def scalar_writes():
-        """{T.alloc_var buffer: [(value, under a condition that is not invariant)]}"""
-        writes = {}
 
-        def visit(stmt, guarded):
-            if isinstance(stmt, tirx.SeqStmt):
-                for x in stmt.seq:
-                    visit(x, guarded)
-            elif isinstance(stmt, tirx.IfThenElse):
-                g = guarded or not invariant(stmt.condition)
-                visit(stmt.then_case, g)
-                if stmt.else_case is not None:
-                    visit(stmt.else_case, g)
-            elif isinstance(stmt, (tirx.For, tirx.AttrStmt, tirx.While)):
-                visit(stmt.body, guarded)
-            elif isinstance(stmt, tirx.BufferStore):
-                buf = stmt.buffer
-                if str(buf.scope()) == "local" and [int(e) for e in buf.shape] == [1]:
-                    writes.setdefault(buf, []).append((stmt.value, guarded))
+def _guarded(key, loop, span=None):
+    """`loop` under ``if guard():`` (a condition TVM cannot evaluate, so it places no barrier inside), in an
+    attribute `key` that :func:`_unmark` takes away."""
+    guard = tirx.IfThenElse(tirx.call_extern("bool", _DIVERGENT_LOOP_GUARD), loop, None, span=span)
+    return tirx.AttrStmt(tirx.const(0, "int32"), key, tirx.const(0, "int32"), guard)
 
-        visit(body, False)
-        return writes
 
-    def on_bind(node):
-        if not invariant(node.value):
-            variant.add(node.var)
+def _while_stand_in(node, divergent):
+    """The ``while`` loop `node` as TVM's ThreadSync should see it: a loop of unknown trip count whose body first
+    reads the condition (TVM plans no barriers inside a ``while``, and misses what one iteration's accesses need
+    against the next's), in a ``tilex.while_loop`` attribute; under a guard when it is `divergent`."""
+    loop = tirx.For(tirx.Var("iteration", "int32"), tirx.const(0, "int32"), tirx.Var("trips", "int32"),
+                    tirx.ForKind.SERIAL,
+                    tirx.SeqStmt([tirx.Evaluate(tirx.call_extern("int32", _WHILE_CONDITION, node.condition)),
+                                  node.body]), span=node.span)
+    inner = _guarded(_DIVERGENT_LOOP, loop, node.span).body if divergent else loop
+    return tirx.AttrStmt(tirx.const(0, "int32"), _WHILE_LOOP, tirx.const(0, "int32"), inner)
 
-    def on_for(node):
-        if not (invariant(node.min) and invariant(node.extent)):
-            variant.add(node.loop_var)
 
-    threads = set(variant)
-    if not threads:
+def _mark_uniform(body):
+    """`body` as TVM's ThreadSync should see it (tilex.transform.block_uniform decides what is uniform):
+
+    * the condition of each ``if`` that every thread of the block evaluates alike wrapped in
+      ``tvm_thread_invariant``: TVM then places barriers inside it (all threads take the branch together), where
+      it refuses to for other conditions -- a pipelined loop under ``if block_index_ok:`` of a sparse-attention
+      kernel;
+    * each divergent loop that touches shared memory (its threads run different iterations: per-thread bounds, or
+      a break under a per-thread condition) under a condition TVM cannot evaluate (an attribute marks it), so that
+      TVM refuses a barrier inside it as it refuses one inside a per-thread branch -- TVM itself would place it
+      there, and the threads that left the loop would never reach it;
+    * each ``while`` loop that touches shared memory as a ``for`` loop of unknown trip count that reads the
+      condition first (:func:`_while_stand_in`; back to a ``while`` in :func:`_unmark`), guarded like a divergent
+      loop when its condition is per-thread."""
+    uni = BlockUniformity(body)
+    if not uni.threads:
         return body
-    while True:  # to a fixed point: uniform scalars make more loops and lets uniform, and those more scalars
-        variant.clear()
-        variant.update(threads)
-        walk(body, [(tirx.Bind, on_bind), (tirx.For, on_for)], order="pre")
-        found = {buf for buf, ws in scalar_writes().items() if all(not g and invariant(v) for v, g in ws)}
-        if found <= uniform_vars:
-            break
-        uniform_vars.update(found)
 
     def on_if(node):
         cond = node.condition
-        if is_op_call(cond, _INVARIANT) or not invariant(cond):
+        if is_op_call(cond, _INVARIANT) or not uni.uniform(cond):
             return node
         return tirx.IfThenElse(tirx.call_intrin("bool", _INVARIANT, cond), node.then_case, node.else_case,
                                span=node.span)
 
+    def on_for(node, m):
+        body = m.mutate(node.body)
+        loop = node if body.same_as(node.body) else tirx.For(node.loop_var, node.min, node.extent, node.kind, body,
+                                                             node.thread_binding, node.annotations,
+                                                             step=node.step, span=node.span)
+        if not uni.divergent_loop(node) or not _touches_shared(node):
+            return loop
+        return _guarded(_DIVERGENT_LOOP, loop, node.span)
+
+    def on_while(node, m):
+        body = m.mutate(node.body)
+        loop = node if body.same_as(node.body) else tirx.While(node.condition, body, span=node.span)
+        if not _touches_shared(node):
+            return loop
+        return _while_stand_in(loop, not uni.uniform(node.condition) or uni.exits_apart(node.body))
+
+    # the loops are looked up by identity: wrap them before the conditions are rebuilt around them
+    body = mutate(body, [(tirx.For, on_for), (tirx.While, on_while)])
     return map_nodes(body, (tirx.IfThenElse, on_if))
 
 
-def _unmark_invariant_conditions(body):
+def _is_guarded_loop(node) -> bool:
+    """Whether `node` is a divergent loop (or a divergent while loop's stand-in) under its guard."""
+    return (isinstance(node, tirx.AttrStmt) and node.attr_key in (_DIVERGENT_LOOP, _WHILE_LOOP)
+            and isinstance(node.body, tirx.IfThenElse))
+
+
+def _while_back(attr):
+    """The ``while`` loop of a :func:`_while_stand_in` after planning. A barrier planned at the top of the stand-in's
+    body, before the condition is read, orders the previous iteration's accesses before the next's: it goes to the
+    end of the body (and before the loop, where TVM put one for the first iteration)."""
+    inner = attr.body
+    loop = inner.then_case if isinstance(inner, tirx.IfThenElse) else inner
+    items = seq_items(loop.body)
+    at = next(i for i, s in enumerate(items) if intrin.name_of(s) == _WHILE_CONDITION)
+    cond = items[at].value.args[1]
+    return tirx.While(cond, seq(items[at + 1:] + items[:at]), span=loop.span)
+
+
+def _unmark(body):
+    """The conditions and loops of `body` as they were before :func:`_mark_uniform`."""
+    def on_attr(node):
+        if node.attr_key == _WHILE_LOOP:
+            return _while_back(node)
+        if _is_guarded_loop(node):
+            return node.body.then_case
+        return node
+
+    body = map_nodes(body, (tirx.AttrStmt, on_attr))
     return map_nodes(body, (tirx.IfThenElse, lambda n: tirx.IfThenElse(n.condition.args[0], n.then_case,
                                                                         n.else_case, span=n.span)
                             if is_op_call(n.condition, _INVARIANT) else n))
@@ -179,21 +246,255 @@ def _plan(func):
     return synced.with_body(substitute(synced.body, {s: d for d, s in static.items()}))
 
 
-def _plan_with_regions(func):
-    """`_plan`, region by region in a kernel with thread regions (tilex.transform.thread_regions). A kernel
-    without them whose plain planning needs a barrier inside a branch on the thread index (TVM refuses) is planned
-    again with such branches as regions."""
-    if has_regions(func.body):
-        return sync_regions(func, _plan)
+def _refusal(e) -> bool:
+    """Whether `e` is TVM's ThreadSync refusing a barrier inside a condition it was not told is uniform."""
+    return "inside condition" in str(e)
+
+
+def _structured(func, plan):
+    """`plan` over `func`, region by region where it has thread regions (tilex.transform.thread_regions)."""
+    return sync_regions(func, plan) if has_regions(func.body) else plan(func)
+
+
+def _plan_kernel(func, own_barriers, describe):
+    """Barriers for `func`, trying in turn:
+
+    1. TVM's planning of the kernel as it is (region by region where it has thread regions);
+    2. when TVM refuses a barrier inside a condition: every branch on an interval of threads (``if tx < 256``)
+       as a region of its own, planned by itself, its barriers named barriers over its threads;
+    3. when a barrier is still needed inside a statement that the threads of the block may run differently (a
+       branch on a per-thread value, a divergent loop, a ``while``): see :func:`_plan_per_thread`."""
     try:
-        return _plan(func)
-    except Exception as e:  # noqa: BLE001 - only TVM's refusal to place a barrier inside a condition is retried
-        if "inside condition" not in str(e):
+        return _structured(func, _plan)
+    except Exception as e:  # noqa: BLE001 - only TVM's refusal to place a barrier inside a condition goes on
+        if not _refusal(e):
             raise
-        marked = mark_thread_regions(func, wanted=lambda stmt: True)
-        if not has_regions(marked.body):
-            raise
-        return sync_regions(marked, _plan)
+    marked = mark_thread_regions(func, wanted=lambda stmt: True)
+    if not marked.same_as(func):
+        try:
+            return _structured(marked, _plan)
+        except Exception as e:  # noqa: BLE001 - as above
+            if not _refusal(e):
+                raise
+    return _structured(marked, lambda f: _plan_per_thread(f, own_barriers, describe))
+
+
+def _plan_per_thread(func, own_barriers, describe):
+    """TVM's planning of `func` (a kernel, or a region's stand-in), where a block barrier would be needed inside a
+    statement that the threads of the block may run differently (TVM refuses it; the threads that skip the
+    statement would never reach the barrier, and moving it before the statement -- TileLang's way, with a
+    warning -- would leave both conflicting accesses after it, unordered):
+
+    * when the program places its own barriers (TileLang's ``TL_DISABLE_THREAD_STORAGE_SYNC``, tilex option
+      ``trust_program_barriers``), each such statement is planned as one statement that reads and writes, as a
+      whole, every shared tile it touches: barriers go before and after it where other statements need them, and
+      its inside keeps the program's barriers only -- TileLang plans none at all under that key;
+    * otherwise a ValueError names the statement (its condition or loop, and where it was written)."""
+    hidden = {}
+    body = func.body
+    while True:
+        try:
+            planned = _plan(func.with_body(body))
+            return planned.with_body(_unhide(planned.body, hidden))
+        except Exception as e:  # noqa: BLE001 - only TVM's refusal goes on
+            if not _refusal(e):
+                raise
+            refusal = e
+        needing = _needing_barriers(func.with_body(body))
+        if not needing:
+            raise refusal
+        if not own_barriers:
+            raise describe([_unhide(s, hidden) for s in needing])
+        body = _hide(body, needing, hidden)
+
+
+def _needing_barriers(func):
+    """The statements of `func` that the threads of the block may run differently (a branch whose condition is
+    not marked uniform, a guarded divergent loop) inside which TVM's planning puts a barrier when told every
+    condition is uniform: the outermost such statements, in program order."""
+    originals = []
+
+    def probe(original, stand_in):
+        originals.append(original)
+        return tirx.AttrStmt(tirx.const(len(originals) - 1, "int32"), _PROBE, tirx.const(0, "int32"), stand_in)
+
+    def on_if(node, m):
+        then_case = m.mutate(node.then_case)
+        else_case = m.mutate(node.else_case) if node.else_case is not None else None
+        if is_op_call(node.condition, _INVARIANT):
+            if then_case.same_as(node.then_case) and (else_case is None or else_case.same_as(node.else_case)):
+                return node
+            return tirx.IfThenElse(node.condition, then_case, else_case, span=node.span)
+        told = tirx.IfThenElse(tirx.call_intrin("bool", _INVARIANT, node.condition), then_case, else_case,
+                               span=node.span)
+        return probe(node, told)
+
+    def on_attr(node, m):
+        if _is_guarded_loop(node):
+            guard = node.body
+            inner = m.mutate(guard.then_case)
+            told = tirx.IfThenElse(tirx.call_intrin("bool", _INVARIANT, guard.condition), inner, None)
+            return probe(node, tirx.AttrStmt(node.node, node.attr_key, node.value, told))
+        return m.default_mutate(node)
+
+    probed = mutate(func.body, [(tirx.IfThenElse, on_if), (tirx.AttrStmt, on_attr)])
+    if not originals:
+        return []
+    planned = _plan(func.with_body(probed))
+    needing = []
+
+    def on_probe(node):
+        if node.attr_key != _PROBE:
+            return None
+        i = int(node.node.value)
+        if _count_syncs(node.body) > _count_syncs(originals[i]):
+            needing.append(originals[i])
+            return _SKIP  # the outermost one
+        return None
+
+    walk(planned.body, (tirx.AttrStmt, on_probe), order="pre")
+    return needing
+
+
+def _count_syncs(stmt) -> int:
+    found = []
+    walk(stmt, (tirx.Evaluate, lambda e: found.append(e) if is_sync(e) else None))
+    return len(found)
+
+
+def _shared_accesses(stmt) -> dict:
+    """{shared buffer: rw mask} that TVM's ThreadSync sees in `stmt` (loads, stores, access pointers)."""
+    masks = {}
+
+    def add(buf, m):
+        if is_shared(buf):
+            masks[buf] = masks.get(buf, 0) | m
+
+    def on_call(c):
+        if is_op_call(c, "tirx.tvm_access_ptr"):
+            mask = c.args[4]
+            m = int(mask.value) if isinstance(mask, tirx.IntImm) else 3
+            for b in _buffer_vars(c.args[1]):
+                add(b, m)
+        if is_op_call(c, "tirx.address_of"):
+            return _SKIP
+        return None
+
+    walk(stmt, [(tvm.ir.Call, on_call), (BufferLoadNode, lambda n: add(n.source, 1)),
+                (tirx.BufferStore, lambda n: add(n.buffer, 2))], order="pre")
+    return masks
+
+
+def _hide(body, stmts, hidden):
+    """`body` with each of `stmts` replaced by one statement accessing, as a whole, the shared tiles it touches
+    (its index in `hidden`, which keeps the statement). A branch whose condition was computed just before it
+    (a condition reading shared memory, ``c = condition; if c``) goes with that computation: the condition is the
+    branch's own."""
+    index = {s: None for s in stmts}
+
+    def stand_in(stmts_hidden):
+        i = len(hidden)
+        hidden[i] = stmts_hidden[0] if len(stmts_hidden) == 1 else tirx.SeqStmt(stmts_hidden)
+        ptrs = []
+        for buf, m in _shared_accesses(hidden[i]).items():
+            size = 1
+            for e in buf.shape:
+                size = size * e
+            if m:
+                ptrs.append(tirx_op.tvm_access_ptr(tirx_op.type_annotation(str(buf.dtype)), buf.data, 0, size, m))
+        return tirx.Evaluate(tirx.call_extern("void", _HIDDEN, tirx.const(i, "int32"), *ptrs))
+
+    def bound_condition(prev, node):
+        return (isinstance(prev, tirx.Bind) and isinstance(node, tirx.IfThenElse)
+                and node.condition.same_as(prev.var))
+
+    def on_seq(node, m):
+        items, out, changed = list(node.seq), [], False
+        for s in items:
+            if s in index:
+                if out and bound_condition(out[-1], s):
+                    out[-1] = stand_in([out[-1], s])
+                else:
+                    out.append(stand_in([s]))
+                changed = True
+                continue
+            new = m.mutate(s)
+            changed = changed or not new.same_as(s)
+            out.append(new)
+        return tirx.SeqStmt(out) if changed else node
+
+    def on_other(node, m):
+        if node in index:  # a hidden statement that is not in a sequence
+            return stand_in([node])
+        return m.default_mutate(node)
+
+    return mutate(body, [(tirx.SeqStmt, on_seq), (tirx.IfThenElse, on_other), (tirx.AttrStmt, on_other)])
+
+
+def _unhide(body, hidden):
+    """`body` with the statements :func:`_hide` took out back in place."""
+    if not hidden:
+        return body
+
+    def back(node):
+        if intrin.name_of(node) == _HIDDEN:
+            return hidden[int(node.value.args[1].value)]
+        return node
+
+    for _ in range(len(hidden) + 1):  # a hidden statement may hold one hidden before it
+        found = []
+        walk(body, (tirx.Evaluate, lambda e: found.append(e) if intrin.name_of(e) == _HIDDEN else None))
+        if not found:
+            return body
+        body = map_nodes(body, (tirx.Evaluate, back))
+    return body
+
+
+def _describer(hoisted):
+    """A function that builds the ValueError for statements that need a barrier the block cannot reach alike."""
+    def condition_text(cond):
+        if is_op_call(cond, _INVARIANT):
+            cond = cond.args[0]
+        return str(substitute(cond, hoisted)) if hoisted else str(cond)
+
+    def what(stmt):
+        """(the statement, why its threads may run it differently)"""
+        if _is_guarded_loop(stmt):
+            loop = stmt.body.then_case
+            if stmt.attr_key == _WHILE_LOOP:
+                first = seq_items(loop.body)[0]
+                cond = first.value.args[1] if intrin.name_of(first) == _WHILE_CONDITION else None
+                return (f"the loop `while {condition_text(cond)}`",
+                        "its threads may leave it at different iterations (a condition, or a break / continue "
+                        "under a condition, that is not the same in every thread)")
+            name = loop.loop_var.name
+            return (f"the loop `for {name} in range({loop.min}, {loop.min + loop.extent})`",
+                    "its threads may run different iterations (bounds that are not the same in every thread, or a "
+                    "break / continue under a per-thread condition)")
+        if isinstance(stmt, tirx.SeqStmt):  # a branch with its condition computed just before it
+            stmt = stmt.seq[-1]
+        return (f"the branch `if {condition_text(stmt.condition)}`",
+                "its condition may differ between threads (it reads the thread index or a per-thread value)")
+
+    def first_span(stmt):
+        found = []
+        walk(stmt, (tirx.Stmt, lambda n: found.append(n) if span_of(n) is not None else None), order="pre")
+        return span_of(found[0]) if found else None
+
+    def describe(stmts):
+        first = stmts[0]
+        place, why = what(first)
+        more = f" (and {len(stmts) - 1} more such statement{'s' if len(stmts) > 2 else ''})" if len(stmts) > 1 \
+            else ""
+        exc = ValueError(
+            f"ThreadSync: shared memory accessed inside {place}{more} needs a block barrier inside it, but {why}: "
+            f"the threads that do not run it would never reach that barrier. Make the condition one every thread "
+            f"shares (a T.alloc_var set from global memory or from shared memory after a barrier, ...), split the "
+            f"statement so that the barrier falls between two parts, or place the barriers yourself and compile "
+            f"with pass_configs={{tilex.PassConfigKey.TL_DISABLE_THREAD_STORAGE_SYNC: True}}")
+        return add_location(exc, first_span(first))
+
+    return describe
 
 
 def _drop_async_writes(body):
@@ -205,6 +506,7 @@ def _drop_async_writes(body):
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadSync")
 def ThreadSync(func, mod, ctx):  # noqa: N802
     body, hoisted = _hoist_shared_conditions(func.body)
-    synced = _plan_with_regions(func.with_body(_mark_invariant_conditions(body)))
-    body = _unmark_invariant_conditions(synced.body)
+    own_barriers = bool(config.get(TRUST_PROGRAM_BARRIERS, False))
+    synced = _plan_kernel(func.with_body(_mark_uniform(body)), own_barriers, _describer(hoisted))
+    body = _unmark(synced.body)
     return synced.with_body(_drop_async_writes(_restore_conditions(body, hoisted)))

@@ -13,7 +13,8 @@ Produces: tile-level IR in which each such loop is rewritten (its pipeline annot
 * an explicit schedule: :mod:`.explicit`;
 * none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
 
-The pipelined shared buffers are allocated once with the most stages any loop wants. If one of them is also used
+Tiles allocated inside a pipelined loop's body are allocated before the loop first. The pipelined shared buffers
+are allocated once with the most stages any loop wants. If one of them is also used
 outside its pipelined loop, or has a T.view, the kernel keeps its original, serial loops. A program that
 synchronizes itself (`tilex.transform.hopper.ws_decision.manual_synchronization`: T.ws, its own mbarriers,
 T.tma_copy, ...) keeps all its loops as written (serial), and the function attribute
@@ -26,7 +27,7 @@ import warnings
 from tvm import tirx
 
 from tilex.ir.names import MANUAL_SYNC_ATTR, NUM_STAGES
-from tilex.ir.visit import buffers_used, map_nodes, mutate, seq_items, walk
+from tilex.ir.visit import buffers_used, map_nodes, mutate, seq, seq_items, walk
 from tilex.transform.hopper import ws_groups, ws_loops
 from tilex.transform.hopper.ws_decision import manual_synchronization, warp_specializable
 from tilex.transform.kernel_scope import kernel_info
@@ -47,6 +48,7 @@ def _inject(func, target):
     if reason is not None:  # compiled as written: its T.Pipelined loops run serially
         body = mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
         return func.with_body(body).with_attr(MANUAL_SYNC_ATTR, reason)
+    func = func.with_body(_hoist_loop_allocations(func.body))
     info = kernel_info(func)
     allocs = {}
 
@@ -102,6 +104,32 @@ def _inject(func, target):
     body = map_nodes(body, (tirx.AllocBuffer, lambda n: tirx.AllocBuffer(ctx.multi[n.buffer])
                                                   if n.buffer in ctx.multi else n))
     return func.with_body(body)
+
+
+def _hoist_loop_allocations(body):
+    """Each AllocBuffer among the top-level statements of a T.Pipelined loop's body moved to just before the loop
+    (TileLang programs allocate a loop's tiles inside it): a pipeline's prologue and stages use the tiles outside
+    that body, where an allocation in it does not reach. The tiles are the same either way (an allocation neither
+    initializes nor frees anything)."""
+
+    def on_seq(node, m):
+        out, changed = [], False
+        for s in node.seq:
+            new = m.mutate(s)
+            changed = changed or not new.same_as(s)
+            if isinstance(new, tirx.For) and NUM_STAGES in new.annotations:
+                items = seq_items(new.body)
+                allocs = [x for x in items if isinstance(x, tirx.AllocBuffer)]
+                if allocs and len(allocs) < len(items):
+                    rest = [x for x in items if not isinstance(x, tirx.AllocBuffer)]
+                    out.extend(allocs)
+                    new = tirx.For(new.loop_var, new.min, new.extent, new.kind, seq(rest), new.thread_binding,
+                                   new.annotations)
+                    changed = True
+            out.append(new)
+        return tirx.SeqStmt(out) if changed else node
+
+    return mutate(body, (tirx.SeqStmt, on_seq))
 
 
 def _top_level_loops(body):
