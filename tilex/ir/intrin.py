@@ -512,6 +512,11 @@ def is_atomic(node) -> bool:
     return starts_with(node, ATOMIC_PREFIX)
 
 
+def is_vector_atomic(node) -> bool:
+    """Whether `node` calls ``tilex::atomic_add_vec`` (its value arguments: one per element it adds to)."""
+    return starts_with(node, f"{ATOMIC_PREFIX}add_vec")
+
+
 # ---- debug.h ------------------------------------------------------------------------------------------------------
 def debug_print(c_type, fmt, value, *indices):
     """``printf`` of one value (of C type `c_type`) with the block/thread prefix (an expression)."""

@@ -28,6 +28,8 @@ from tilex.op.partition import coalesced_plan, emit_by_fragment, static_shape
 from tilex.op.region import READ, READ_WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
 
+#: shared-memory workspace bound of one cross-warp combine (every thread's partial values)
+MAX_WORKSPACE = 48 * 1024
 KINDS = ("sum", "max", "min", "abssum", "absmax", "bitand", "bitor", "bitxor")
 #: the kinds that need integer tiles
 BITWISE_KINDS = ("bitand", "bitor", "bitxor")
@@ -214,7 +216,7 @@ class ReduceOp(TileOp):
 
     def _cross_warp(self, ctx, acc, n, dtype, terms, holders):
         threads = ctx.threads
-        if n * threads * tvm.DataType(dtype).bits // 8 > 48 * 1024:
+        if n * threads * tvm.DataType(dtype).bits // 8 > MAX_WORKSPACE:
             raise TileOpError(f"{self.describe()}: a cross-warp reduction of {n} values per thread needs more than "
                               f"48 KB of shared workspace; use fewer rows per block")
         t = ctx.thread_var

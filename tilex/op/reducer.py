@@ -23,14 +23,12 @@ from tilex.ir.names import REDUCER_COMBINE, REDUCER_MARKER
 from tilex.ir.visit import is_op_call, storage_sync, walk
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment
 from tilex.op.partition import emit_by_fragment
-from tilex.op.reduce import combine, identity_value
+from tilex.op.reduce import MAX_WORKSPACE, combine
 from tilex.op.region import READ_WRITE, Region, to_region
 from tilex.op.registry import register_tile_op
 
 KINDS = ("sum", "max", "min", "bitand", "bitor", "bitxor")
 _FINALIZE_OP = "tilex.finalize_reducer"
-#: workspace bound of one finalize (every thread's partial values), as for a cross-warp T.reduce_*
-MAX_WORKSPACE = 48 * 1024
 
 
 def _first(buffer):
@@ -159,8 +157,3 @@ class FinalizeReducerOp(TileOp):
         sync = storage_sync("shared")
         # barriers: before writing (earlier readers of a reused workspace), between write and read, after reading
         return tirx.SeqStmt([tirx.AllocBuffer(ws), sync, write, sync, gather, sync])
-
-
-def identity(kind, dtype):
-    """The starting value of a reducer combining with `kind`."""
-    return identity_value(kind, dtype)

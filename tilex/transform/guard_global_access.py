@@ -197,7 +197,7 @@ class _Guard:
         if not isinstance(load, BufferLoadNode) or not _is_global(load.source):
             return s
         indices = list(load.indices)
-        width = len(call.args) - 2 if intrin.name_of(call).startswith(intrin.atomic_name("add", True)[:-6]) else 1
+        width = len(call.args) - 2 if intrin.is_vector_atomic(call) else 1
         if width > 1 and indices:
             last = indices[-1]
             indices[-1] = tirx.Ramp(last, tirx.const(1, dtype_of(last)), width)

@@ -67,8 +67,8 @@ def legal_vector_loop(loop, analyzer=None):
     var = loop.loop_var
     outer = tirx.Var(var.name + "_o", var.dtype)
     inner = tirx.Var(var.name + "_v", var.dtype)
-    body = substitute(loop.body, {var: outer * lanes + inner + loop.min if not _is_zero(loop.min)
-                                  else outer * lanes + inner})
+    index = outer * lanes + inner
+    body = substitute(loop.body, {var: index if _is_zero(loop.min) else index + loop.min})
     kind = tirx.ForKind.VECTORIZED if lanes > 1 else tirx.ForKind.UNROLLED
     vec = tirx.For(inner, 0, lanes, kind, body)
     return tirx.For(outer, 0, extent // lanes, tirx.ForKind.SERIAL, vec, span=loop.span)

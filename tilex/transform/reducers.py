@@ -14,11 +14,11 @@ from tvm import tirx
 
 from tilex.ir.names import REDUCER_COMBINE, REDUCER_MARKER
 from tilex.ir.source import add_location, span_of
-from tilex.ir.visit import is_op_call, map_nodes, walk
+from tilex.ir.visit import is_op_call, map_nodes
 from tilex.op.base import TileOpError
 from tilex.op.fill import fill_call
-from tilex.op.reduce import combine
-from tilex.op.reducer import identity, is_finalize, reducers_of, resolved_finalize
+from tilex.op.reduce import combine, identity_value
+from tilex.op.reducer import is_finalize, reducers_of, resolved_finalize
 from tilex.op.region import Region
 
 
@@ -33,14 +33,6 @@ def _kind(reducers, buffer, api, node):
 def resolve_reducers(func):
     """`func` with its reducer operations resolved (see the module docstring)."""
     reducers = reducers_of(func.body)
-    has_calls = []
-    walk(func.body, [(tirx.Evaluate, lambda n: has_calls.append(n) if is_finalize(n.value) or (
-        is_op_call(n.value, REDUCER_MARKER) and int(n.value.args[1].value) < 0) else None)])
-    combines = []
-    walk(func.body, (tirx.BufferStore, lambda n: combines.append(n) if is_op_call(n.value, REDUCER_COMBINE)
-                     else None))
-    if not has_calls and not combines:
-        return func
     inits = {}
 
     def on_store(node):
@@ -57,7 +49,7 @@ def resolve_reducers(func):
             kind = _kind(reducers, buf, "T.reducer_init", v)
             if int(v.args[2].value) == 1:
                 inits[buf] = v.args[3]
-            return tirx.Evaluate(fill_call(buf, identity(kind, str(buf.dtype))))
+            return tirx.Evaluate(fill_call(buf, identity_value(kind, str(buf.dtype))))
         if is_finalize(v):
             buf = Region.from_call(v.args[0]).buffer
             kind = _kind(reducers, buf, "T.finalize_reducer", v)
@@ -66,4 +58,4 @@ def resolve_reducers(func):
 
     body = map_nodes(func.body, [(tirx.BufferStore, on_store)])
     body = map_nodes(body, (tirx.Evaluate, on_eval), order="pre")
-    return func.with_body(body)
+    return func if body.same_as(func.body) else func.with_body(body)
