@@ -10,8 +10,9 @@ kept dimensions, replicated over exactly the threads that held the dropped part:
 * thread terms on dropped dimensions become replication terms (``rep`` enumerates them in mixed radix);
 * local terms on dropped dimensions vanish and the remaining ones are re-packed densely.
 
-Terms also keep their *bit structure*: `reduction_terms` reports the replication terms (scale, extent), which a
-reduction uses to combine partials across threads (shuffles inside a warp, shared memory across warps).
+Terms also keep their *bit structure*: `project` reports the replication terms that came from the dropped
+dimensions (scale, extent, radix), which a reduction uses to combine partials across threads (shuffles inside a
+warp, shared memory across warps); replicas `frag` already had are copies, not partials, and are not reported.
 """
 from __future__ import annotations
 
@@ -94,17 +95,25 @@ def decompose(frag: Fragment):
 
 
 def project(frag: Fragment, drop) -> tuple[Fragment, list]:
-    """(Fragment over the kept dims, replication terms [(scale, extent)] that came from the dropped dims).
+    """(Fragment over the kept dims, reduction terms [(scale, extent, radix)]).
+
+    The Fragment is replicated over the threads that held the dropped dimensions and over `frag`'s own replicas.
+    The reduction terms are the thread-id digit fields (scale, extent) that came from the dropped dimensions only,
+    each with its `radix` in the Fragment's replica index (replica r has digit ``(r // radix) % extent`` there):
+    the threads a reduction combines. `frag`'s own replicas hold copies of the same values and are never combined.
 
     Dropping every dimension (a 1-d tile reduced to a scalar) gives a Fragment of shape (1,) whose one element is
     held, at register 0, by every thread that held some element of `frag`."""
     drop = sorted({d % len(frag.input_shape) for d in drop})
     keep = [d for d in range(len(frag.input_shape)) if d not in drop]
     th, lo = decompose(frag)
-    rep_terms = []
+    rep_terms, reduced = [], []
     for t in th:
         if t.dim in drop or t.dim == -1:
-            rep_terms.extend(_split_pow2(t, 32))
+            for part in _split_pow2(t, 32):
+                if t.dim != -1:
+                    reduced.append((part.scale, part.extent, math.prod(r.extent for r in rep_terms)))
+                rep_terms.append(part)
     base_terms = [t for t in th if t.dim in keep]
     kept_local = sorted([t for t in lo if t.dim in keep], key=lambda t: t.scale)
     new_dim = {d: k for k, d in enumerate(keep)}
@@ -136,4 +145,4 @@ def project(frag: Fragment, drop) -> tuple[Fragment, list]:
         return expr
 
     out = Fragment(shape, thread, index, replicate=replicate)
-    return out, [(t.scale, t.extent) for t in rep_terms]
+    return out, reduced

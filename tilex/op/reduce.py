@@ -2,10 +2,12 @@
 integer tiles) into a smaller tile.
 
 Layout: the destination of a fragment reduction is the source Fragment *projected* onto the kept dimensions
-(`tilex.layout.project`): replicated over exactly the threads that held the reduced dimension, so every such
-thread ends with the full result. Lowering: each thread folds the elements it holds into per-row partials
-(registers), then partials are combined across threads - xor shuffles for replication terms inside a warp, a
-shared-memory workspace for terms across warps. A shared-memory source is reduced by a coalesced set of threads,
+(`tilex.layout.project`): replicated over exactly the threads that held the reduced dimension (and over the
+source's own replicas), so every such thread ends with the full result. Lowering: each thread folds the elements
+it holds into per-row partials (registers), then partials are combined across the threads that held the reduced
+dimension - xor shuffles for digit fields inside a warp, a shared-memory workspace for fields across warps. A
+replicated source (a GEMM operand held by warps side by side) is never combined across its replicas: they hold
+copies of the same elements, and each computes the result on its own. A shared-memory source is reduced by a coalesced set of threads,
 each owning whole output elements.
 
 Either operand may be a shared tile (as in TileLang, which stages such operands through fragments): a
@@ -196,8 +198,9 @@ class ReduceOp(TileOp):
 
         stmts.append(emit_by_fragment(ctx, F, 1, make, name="red", bounds=self.s_shape))
         # power-of-two fields inside a warp combine by xor shuffles; anything else goes through shared memory
-        warp_terms = [(sc, e) for sc, e in rep_terms if sc * e <= 32 and _pow2(sc) and _pow2(e)]
-        block_terms = [(sc, e) for sc, e in rep_terms if (sc, e) not in warp_terms]
+        fields = [(sc, e) for sc, e, _ in rep_terms]
+        warp_terms = [(sc, e) for sc, e in fields if sc * e <= 32 and _pow2(sc) and _pow2(e)]
+        block_terms = [(sc, e) for sc, e in fields if (sc, e) not in warp_terms]
         for sc, e in warp_terms:
             off = sc
             while off < sc * e:
@@ -352,11 +355,9 @@ def _check_digits(P, rep_terms, what):
     ``digit_k(r) == (thread // scale_k) % extent_k``, so that combining partners can be found from a thread id
     alone (xor shuffles, shared-memory partners). Checked by enumeration."""
     grids = np.meshgrid(*[np.arange(s) for s in P.input_shape], indexing="ij")
-    radix = 1
-    for sc, e in rep_terms:
+    for sc, e, radix in rep_terms:
         for r in range(int(P.replicate)):
             t, _ = P.map_numpy(*grids, rep=r)
             if not np.all((np.asarray(t) // sc) % e == (r // radix) % e):
                 raise TileOpError(f"{what}: the threads sharing a reduced row are not a mixed-radix group of "
                                   f"thread ids; this source layout is not supported by reduce yet")
-        radix *= e
