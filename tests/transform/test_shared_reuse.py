@@ -46,6 +46,26 @@ def two_phases(m=128, n=256):
     return main
 
 
+def phases_through_a_view(m=128, n=256):
+    """two_phases with phase 1 reading its tile through a T.view (rows paired up): the view moves with its tile."""
+
+    @T.prim_func
+    def main(A: T.Tensor((m, n), "float32"), B: T.Tensor((m, n), "float32"),
+             C: T.Tensor((m, n), "float32"), D: T.Tensor((m, n), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            a_s = T.alloc_shared((m, n), "float32")
+            pairs = T.view(a_s, shape=(m // 2, 2 * n))
+            c_s = T.alloc_shared((m, n), "float32")
+            T.copy(A, a_s)
+            for i, j in T.Parallel(m, n):
+                B[i, j] = pairs[(m - 1 - i) // 2, (m - 1 - i) % 2 * n + j]
+            T.copy(C, c_s)
+            for i, j in T.Parallel(m, n):
+                D[i, j] = c_s[m - 1 - i, j] * 2.0
+
+    return main
+
+
 def both_at_once(m=128, n=256):
     """Two 128 KB tiles read by the same statement: they cannot take turns."""
 
@@ -151,6 +171,16 @@ def test_phases_take_turns_with_a_barrier_between():
     assert first_stores == ["cp_it", "cp_it_1"], first_stores
 
 
+def test_views_take_turns_with_their_tile():
+    prog = phases_through_a_view()
+    assert shared_memory_bytes(prog, target="sm_90a") == 128 * 256 * 4
+    src = _source(prog)
+    assert "uchar buf_dyn_shmem_ptr[]" in src
+    read_a = src.index("*(float4*)(B_ptr")
+    write_c = src.index("*(float4*)(C_ptr")
+    assert src[read_a:write_c].count("__syncthreads()") == 1, src[read_a:write_c]
+
+
 def test_workspaces_in_a_loop_take_turns_without_more_barriers():
     """The two reductions' workspaces share bytes (each brings its own barriers); the 226 KB tile stays apart."""
     prog = reductions_in_a_loop()
@@ -244,6 +274,18 @@ def test_phases_values():
     import torch
 
     kernel = tilex.compile(two_phases(), out_idx=[1, 3])
+    a = torch.randn(128, 256, device="cuda")
+    c = torch.randn(128, 256, device="cuda")
+    b, d = kernel(a, c)
+    torch.testing.assert_close(b, a.flip(0))
+    torch.testing.assert_close(d, 2 * c.flip(0))
+
+
+@pytest.mark.gpu
+def test_views_values():
+    import torch
+
+    kernel = tilex.compile(phases_through_a_view(), out_idx=[1, 3])
     a = torch.randn(128, 256, device="cuda")
     c = torch.randn(128, 256, device="cuda")
     b, d = kernel(a, c)

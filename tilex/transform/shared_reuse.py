@@ -10,8 +10,10 @@ plan_reuse (called by tilex.transform.shared_tiles.KeepTilesApart, before it hoi
   else a TileReuse: every tile's byte offset in one arena (tiles whose lifetimes overlap never overlap in bytes),
   the arena's size, and the statements with a *reuse barrier* before the first access of each tile that takes over
   bytes an earlier tile used; `fits` says whether the arena fits the block (never when there is a single tile or
-  a tile is a view of another's memory: no plan is made then). A kernel with thread regions, whose tiles are in
-  use side by side, gets its tiles packed without sharing bytes (no barrier).
+  memory is viewed other than from a tile's first byte: no plan is made then). A view of a tile (T.view /
+  T.reshape: a DeclBuffer over the tile's data) is part of its tile: its accesses are the tile's, it moves with it.
+  A kernel with thread regions, whose tiles are in use side by side, gets its tiles packed without sharing bytes
+  (no barrier).
 
   Placement. A tile takes the bytes it uses: one that LowerTileOps padded to whole KB beside 1 KB-aligned swizzled
   tiles (TVM's merge packs tiles one after another, smallest first, so each had to keep the next aligned; the
@@ -23,9 +25,9 @@ PlaceSharedTiles (among TVM's passes: after ThreadSync, NamedBarriers and BulkSt
 MergeSharedMemoryAllocations)
   Consumes: a kernel whose function attribute ``tilex.shared_placement`` ({tile: byte offset}, KeepTilesApart
   writes it from a TileReuse) is set.
-  Produces: one ``shared.dyn`` arena (``uint8``) allocated where the first tile was; each tile a view of it (a
-  DeclBuffer over the arena's data), its loads, stores and access pointers moved by its offset; the attribute
-  removed. TVM's merge then has a single buffer to place.
+  Produces: one ``shared.dyn`` arena (``uint8``) allocated where the first tile was; each tile, and each view of
+  a tile where it was declared, a view of the arena (a DeclBuffer over its data), its loads, stores and access
+  pointers moved by its tile's offset; the attribute removed. TVM's merge then has a single buffer to place.
 
 Lifetimes. The statements are numbered in program order, descending into sequences, attribute scopes, loops every
 thread runs alike (bounds free of the thread index and of per-thread values, or a body that already holds a block
@@ -89,8 +91,9 @@ class _Timeline:
     statements inserted before the statement that starts at each number, in the outermost sequence that has one
     starting there."""
 
-    def __init__(self, tiles, uniform_vars, barriers=None):
+    def __init__(self, tiles, uniform_vars, barriers=None, bases=None):
         self.tiles = tiles
+        self.bases = bases or {}  # view -> the tile whose bytes it views (a touch of a view touches its base)
         self.uniform = set(uniform_vars)
         self.barriers = barriers
         self.count = 0
@@ -160,7 +163,13 @@ class _Timeline:
 
     def _touched(self, stmt) -> set:
         found = set()
-        walk(stmt, (tvm.ir.Var, lambda v: found.add(v) if v in self.tiles else None))
+
+        def on_var(v):
+            t = self.bases.get(v, v)
+            if t in self.tiles:
+                found.add(t)
+
+        walk(stmt, (tvm.ir.Var, on_var))
         return found
 
     def _leaf(self, s, number):
@@ -169,7 +178,7 @@ class _Timeline:
                 self.home[node.buffer] = tuple(self.loops)
 
         walk(s, (tirx.AllocBuffer, on_alloc))
-        if isinstance(s, tirx.AllocBuffer):
+        if isinstance(s, tirx.AllocBuffer) or (isinstance(s, tirx.DeclBuffer) and s.buffer in self.bases):
             return
         for t in self._touched(s):
             self.touches.setdefault(t, []).append((number, tuple(self.loops)))
@@ -233,9 +242,15 @@ def _waits_on_mbarrier(stmt) -> bool:
 
 
 # ---- asynchronous accesses ----------------------------------------------------------------------------------------
-def _async_accesses(body, tiles) -> dict:
-    """{tile: {"wgmma", "cp_async", "tma_load", "bulk_store"}} of the asynchronous-proxy accesses to each tile."""
+def _async_accesses(body, tiles, bases) -> dict:
+    """{tile: {"wgmma", "cp_async", "tma_load", "bulk_store"}} of the asynchronous-proxy accesses to each tile
+    (through itself or a view of it: `bases`, {view: tile})."""
     kinds = {}
+
+    def on_var(v, kind):
+        t = bases.get(v, v)
+        if t in tiles:
+            kinds.setdefault(t, set()).add(kind)
 
     def on_call(call):
         name = intrin.name_of(call)
@@ -251,7 +266,7 @@ def _async_accesses(body, tiles) -> dict:
             kind = "bulk_store"
         else:
             return
-        walk(call, (tvm.ir.Var, lambda v: kinds.setdefault(v, set()).add(kind) if v in tiles else None))
+        walk(call, (tvm.ir.Var, lambda v: on_var(v, kind)))
 
     walk(body, (tvm.ir.Call, on_call))
     return kinds
@@ -296,38 +311,70 @@ def _place(tiles, sizes, conflicts, aligns) -> dict:
     return offsets
 
 
-def _pinned(body, tiles) -> set:
-    """Tiles referenced other than through loads, stores, access pointers and their allocation (PlaceSharedTiles
-    could not move those references)."""
-    stand_ins = {t: tirx.decl_buffer(t.shape, str(t.dtype), t.name, scope=_DYNAMIC) for t in tiles}
-    moved = _retarget(body, stand_ins, {t: 0 for t in tiles})
-    moved = map_nodes(moved, (tirx.AllocBuffer, lambda n: tirx.Evaluate(0) if n.buffer in tiles else n))
+def _pinned(body, tiles, bases) -> set:
+    """Tiles referenced other than through loads, stores, access pointers, their allocation and their views'
+    declarations (PlaceSharedTiles could not move those references); a view so referenced pins its tile."""
+    moving = list(tiles) + list(bases)
+    stand_ins = {t: tirx.decl_buffer(t.shape, str(t.dtype), t.name, scope=_DYNAMIC) for t in moving}
+    moved = _retarget(body, stand_ins, {t: 0 for t in moving})
+    moved = map_nodes(moved, [(tirx.AllocBuffer, lambda n: tirx.Evaluate(0) if n.buffer in tiles else n),
+                              (tirx.DeclBuffer, lambda n: tirx.Evaluate(0) if n.buffer in bases else n)])
     left = set()
-    walk(moved, (tvm.ir.Var, lambda v: left.add(v) if v in tiles else None))
+
+    def on_var(v):
+        t = bases.get(v, v)
+        if t in tiles:
+            left.add(t)
+
+    walk(moved, (tvm.ir.Var, on_var))
     return left
+
+
+def _view_bases(body, tiles):
+    """({view: tile}, unresolved): every ``shared.dyn`` DeclBuffer over the start of a tile's memory (a T.view /
+    T.reshape, directly or through another view) mapped to that tile; `unresolved` whether some DeclBuffer views
+    memory otherwise (then no plan is made)."""
+    bases, unresolved = {}, [False]
+
+    def on_decl(node):
+        buf = node.buffer
+        if str(buf.scope()) != _DYNAMIC:
+            return
+        data = node.data
+        base = None
+        if isinstance(data, tvm.ir.Call) and isinstance(data.op, tvm.ir.Op) and data.op.name == _BUFFER_DATA:
+            base = data.args[0]
+            base = bases.get(base, base)
+        offset = buf.elem_offset
+        if base in tiles and isinstance(offset, tirx.IntImm) and int(offset) == 0:
+            bases[buf] = base
+        else:
+            unresolved[0] = True
+
+    walk(body, (tirx.DeclBuffer, on_decl))
+    return bases, unresolved[0]
 
 
 def plan_reuse(kernel_body, limit: int, static_bytes: int, uniform_vars) -> TileReuse | None:
     """The placement of the ``shared.dyn`` tiles allocated in `kernel_body` (module docstring), or None when they
     fit side by side (or none is a plain allocation whose size is known)."""
     allocs = {}
-    views = []
 
     def on_alloc(node):
         if str(node.buffer.scope()) == _DYNAMIC:
             allocs.setdefault(node.buffer, node)
 
-    walk(kernel_body, [(tirx.AllocBuffer, on_alloc),
-                       (tirx.DeclBuffer, lambda n: views.append(n) if str(n.buffer.scope()) == _DYNAMIC else None)])
+    walk(kernel_body, (tirx.AllocBuffer, on_alloc))
     tiles = list(allocs)
     padded = {t: buffer_bytes(t) for t in tiles}
     if any(v is None for v in padded.values()) or block_footprint(static_bytes, sum(padded.values())) <= limit:
         return None
-    if len(tiles) < 2 or views:  # nothing to share, or tiles over another's memory already (views: not planned)
+    bases, unresolved = _view_bases(kernel_body, set(tiles))
+    if len(tiles) < 2 or unresolved:  # nothing to share, or memory viewed in a way not planned
         return TileReuse({}, sum(padded.values()), False, kernel_body)
     # placed by tilex, a tile padded to whole KB for TVM's merge takes only the bytes it uses
     sizes = {t: used_bytes(allocs[t]) for t in tiles}
-    kinds = _async_accesses(kernel_body, set(tiles))
+    kinds = _async_accesses(kernel_body, set(tiles), bases)
     aligns = {t: _alignment(sizes[t], bool(kinds.get(t, set()) & {"tma_load", "bulk_store"})) for t in tiles}
     regions = []
     walk(kernel_body, (tirx.AttrStmt, lambda n: regions.append(n) if n.attr_key == THREAD_RANGE else None))
@@ -336,14 +383,14 @@ def plan_reuse(kernel_body, limit: int, static_bytes: int, uniform_vars) -> Tile
         # the thread regions (T.ws) run side by side: their tiles are packed, never share bytes, need no barrier
         offsets = _place(tiles, sizes, {t: tile_set - {t} for t in tiles}, aligns)
         size = max(offsets[t] + sizes[t] for t in tiles)
-        if block_footprint(static_bytes, size) <= limit and not _pinned(kernel_body, tile_set):
+        if block_footprint(static_bytes, size) <= limit and not _pinned(kernel_body, tile_set, bases):
             return TileReuse(offsets, size, True, kernel_body)
         return TileReuse({}, size, False, kernel_body,
                          "the thread regions (T.ws) of this kernel run side by side: their tiles never share memory")
-    timeline = _Timeline(tile_set, uniform_vars)
+    timeline = _Timeline(tile_set, uniform_vars, bases=bases)
     timeline.visit(kernel_body)
     span = (0, timeline.count)
-    pinned = _pinned(kernel_body, tile_set)
+    pinned = _pinned(kernel_body, tile_set, bases)
     life = {t: (span if t in pinned else (timeline.lifetime(t) or span)) for t in tiles}
     conflicts = {t: {u for u in tiles if u is not t and life[u][0] <= life[t][1] and life[t][0] <= life[u][1]}
                  for t in tiles}
@@ -371,7 +418,7 @@ def plan_reuse(kernel_body, limit: int, static_bytes: int, uniform_vars) -> Tile
     barriers = {p: _reuse_barrier(b, a) for p, (b, a) in at.items()
                 if not (timeline.points[p] and not b and not a)}
     if barriers:
-        reuse.body = _Timeline(tile_set, uniform_vars, barriers).visit(kernel_body)
+        reuse.body = _Timeline(tile_set, uniform_vars, barriers, bases).visit(kernel_body)
     return reuse
 
 
@@ -436,24 +483,30 @@ def PlaceSharedTiles(func, mod, ctx):  # noqa: N802
         return func
     size = max(offsets[t] + here[t] for t in offsets)
     arena = tirx.decl_buffer((size,), "uint8", "buf_dyn_shmem", scope=_DYNAMIC)  # the name TVM's merge gives
-    views = {t: tirx.decl_buffer(((offsets[t] + here[t]) * 8 // _element_bits(t.dtype),), str(t.dtype), t.name,
-                                 data=arena.data, scope=_DYNAMIC) for t in offsets}
+    bases, _ = _view_bases(func.body, set(offsets))
+    for v, t in bases.items():  # a tile's views move with it
+        offsets[v], here[v] = offsets[t], here[t]
+    placed = {t: tirx.decl_buffer(((offsets[t] + here[t]) * 8 // _element_bits(t.dtype),), str(t.dtype), t.name,
+                                  data=arena.data, scope=_DYNAMIC) for t in offsets}
     first = [True]
 
     def on_seq(node):
         items = []
         for s in node.seq:
-            if isinstance(s, tirx.AllocBuffer) and s.buffer in views:
+            if isinstance(s, tirx.AllocBuffer) and s.buffer in placed:
                 if first[0]:
                     first[0] = False
                     items.append(tirx.AllocBuffer(arena))
-                    items.extend(tirx.DeclBuffer(v, data=arena.data) for v in views.values())
+                    items.extend(tirx.DeclBuffer(placed[t], data=arena.data) for t in placed if t not in bases)
                 continue
             items.append(s)
         return node if len(items) == len(node.seq) else seq(items)
 
-    body = map_nodes(func.body, (tirx.SeqStmt, on_seq), order="post")
-    body = _retarget(body, views, offsets)
+    def on_decl(node):
+        return tirx.DeclBuffer(placed[node.buffer], data=arena.data) if node.buffer in bases else node
+
+    body = map_nodes(func.body, [(tirx.DeclBuffer, on_decl), (tirx.SeqStmt, on_seq)], order="post")
+    body = _retarget(body, placed, offsets)
     return func.with_body(body).without_attr(SHARED_PLACEMENT_ATTR)
 
 
