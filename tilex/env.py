@@ -21,6 +21,7 @@ __all__ = [
     "resolve_target",
     "DEFAULT_ARCH",
     "cache_dir",
+    "autotune_workers",
 ]
 
 #: Arch used when no GPU is visible and the caller asked for "auto"/"cuda": codegen-only use
@@ -242,6 +243,29 @@ def cache_dir() -> str:
     """tilex's cache directory: ``$TILEX_CACHE_DIR``, else ``~/.cache/tilex`` (compiled kernels; the autotuner
     keeps its results under ``autotune/`` in it)."""
     return os.environ.get("TILEX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tilex")
+
+
+def _positive_int(name: str) -> int:
+    """``$name`` as a positive int, 0 when unset; ValueError naming the variable otherwise."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return 0
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"${name} must be a whole number of CPUs, got {raw!r}") from None
+    return max(value, 0)
+
+
+def autotune_workers(configs: int) -> int:
+    """How many processes (threads) the autotuner compiles `configs` configurations with when the caller names no
+    ``max_workers``: TileLang's ``$TILELANG_AUTO_TUNING_CPU_COUNTS`` when set (> 0), else one per CPU; never more
+    than ``$TILELANG_AUTO_TUNING_MAX_CPU_COUNT`` (when > 0) or `configs`; at least 1."""
+    workers = _positive_int("TILELANG_AUTO_TUNING_CPU_COUNTS") or (os.cpu_count() or 1)
+    cap = _positive_int("TILELANG_AUTO_TUNING_MAX_CPU_COUNT")
+    if cap:
+        workers = min(workers, cap)
+    return max(1, min(workers, configs))
 
 
 #: Attributes read like TileLang's ``tilelang.env.<NAME>`` (``tilex.env.TILEX_CACHE_DIR``; the TileLang spelling

@@ -157,7 +157,13 @@ class TilelangAlias(importlib.abc.MetaPathFinder):
 
 
 def install_alias():
-    sys.meta_path.insert(0, TilelangAlias())
+    if not any(isinstance(f, TilelangAlias) for f in sys.meta_path):
+        sys.meta_path.insert(0, TilelangAlias())
+
+
+#: a folder holding a ``tilelang`` package that installs the alias: on PYTHONPATH of every example process, so that
+#: the processes an example starts (the autotuner's compile workers run its script again) import tilex as well
+ALIAS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tilelang_alias")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -351,11 +357,13 @@ def run_one(example, cpu):
             "kernel_calls": _CompiledOnly.calls}
 
 
-def _spawn(example, cpu, timeout):
+def _spawn(example, cpu, timeout, workers):
     cmd = [sys.executable, os.path.abspath(__file__), "--run-one", json.dumps(example)] + (["--cpu"] if cpu else [])
     env = dict(os.environ)
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = os.pathsep.join([repo, ALIAS_PATH, env.get("PYTHONPATH", "")])
+    # examples run side by side: each autotuner compiles with its share of the CPUs unless the caller said otherwise
+    env.setdefault("TILELANG_AUTO_TUNING_MAX_CPU_COUNT", str(workers))
     env.setdefault("MPLBACKEND", "Agg")
     t0 = time.time()
     try:
@@ -412,7 +420,8 @@ def main(argv=None):
           f"{args.jobs} at a time", flush=True)
     results = {}
     with cf.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {pool.submit(_spawn, e, cpu, args.timeout): e for e in examples}
+        workers = max(4, 2 * (os.cpu_count() or 2) // args.jobs)
+        futures = {pool.submit(_spawn, e, cpu, args.timeout, workers): e for e in examples}
         for fut in cf.as_completed(futures):
             e = futures[fut]
             r = fut.result()

@@ -442,6 +442,66 @@ def test_unguarded_script_falls_back_to_threads(tmp_path):
     assert lines == ["RESULT thread ['compiled'] True"], out.stdout + out.stderr[-3000:]
 
 
+
+def test_factory_of_a_guarded_script_compiles_in_processes(tmp_path):
+    """A factory defined in the script being run (``__main__``, TileLang's usual autotune example) is compiled in
+    worker processes: each runs the script again as its own ``__main__`` (not its guarded block) and finds the
+    factory there by name."""
+    script = tmp_path / "guarded.py"
+    script.write_text(
+        "import os\n"
+        "import tilex.autotuner as at, tune_kernels\n"
+        "def matmul(M, N, K, **cfg):\n"
+        "    return tune_kernels.gemm(M, N, K, **cfg)\n"
+        "if __name__ == '__main__':\n"
+        f"    t = at.AutoTuner(matmul, [{SMALL!r}, {GOOD!r}], out_idx=[2], target='sm_90a', max_workers=2,\n"
+        "                     progress=False)\n"
+        "    rep = t.compile(256, 256, 256)\n"
+        "    print('RESULT', rep.mode, [r.status for r in rep.results])\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env=_subprocess_env())
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
+    assert lines == ["RESULT process ['compiled', 'compiled']"], out.stdout + out.stderr[-3000:]
+
+
+def test_kept_workers_end_with_their_parent(tmp_path):
+    """A process that leaves through os._exit (or is killed) with its worker pool still kept does not leave the
+    workers behind waiting for work."""
+    script = tmp_path / "leaves.py"
+    script.write_text(
+        "import os\n"
+        "import tilex.autotuner as at, tune_kernels\n"
+        "from tilex.autotuner import workers\n"
+        "if __name__ == '__main__':\n"
+        f"    t = at.AutoTuner(tune_kernels.gemm, [{SMALL!r}], out_idx=[2], target='sm_90a', max_workers=1,\n"
+        "                     progress=False)\n"
+        "    t.compile(256, 256, 256)\n"
+        "    print('PIDS', *workers._kept['ex']._processes, flush=True)\n"
+        "    os._exit(0)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                         env=_subprocess_env())
+    pids = [int(p) for ln in out.stdout.splitlines() if ln.startswith("PIDS") for p in ln.split()[1:]]
+    assert pids, out.stdout + out.stderr[-3000:]
+    deadline = time.time() + 20
+    while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
+        time.sleep(0.5)
+    assert not [p for p in pids if os.path.exists(f"/proc/{p}")], "orphaned compile workers are still running"
+
+def test_tilelang_cpu_count_variables_size_the_pool(monkeypatch):
+    from tilex import env
+
+    monkeypatch.delenv("TILELANG_AUTO_TUNING_CPU_COUNTS", raising=False)
+    monkeypatch.delenv("TILELANG_AUTO_TUNING_MAX_CPU_COUNT", raising=False)
+    assert env.autotune_workers(1000) == (os.cpu_count() or 1)
+    assert env.autotune_workers(1) == 1
+    monkeypatch.setenv("TILELANG_AUTO_TUNING_CPU_COUNTS", "3")
+    assert env.autotune_workers(1000) == 3
+    monkeypatch.setenv("TILELANG_AUTO_TUNING_MAX_CPU_COUNT", "2")
+    assert env.autotune_workers(1000) == 2
+    monkeypatch.setenv("TILELANG_AUTO_TUNING_MAX_CPU_COUNT", "two")
+    with pytest.raises(ValueError, match="TILELANG_AUTO_TUNING_MAX_CPU_COUNT"):
+        env.autotune_workers(1000)
+
 # ------------------------------------------------------------------------------------------------
 # the benchmark phase's logic, with stand-ins for the GPU (the real thing is in test_autotune_gpu.py)
 # ------------------------------------------------------------------------------------------------

@@ -8,13 +8,16 @@ Tuning runs in two phases that can be used separately (``AutoTuner.compile`` and
 
 1. **compile** (no GPU needed): every configuration is built in parallel (:mod:`tilex.autotuner.workers`). With
    the default ``parallel="auto"`` each configuration is compiled in a worker process (``ProcessPoolExecutor``,
-   *spawn* context): the worker imports the factory by reference (its module and qualified name), builds the
+   *spawn* context): the worker imports the factory by reference (its module and qualified name; a factory of
+   the script being run, ``__main__``, is found in the worker's own ``__main__``: spawn runs the script again
+   there, its guarded entry point excepted), builds the
    PrimFunc, computes the shared memory it needs (:func:`tilex.autotuner.smem.shared_memory_bytes`; too much for
    the device -> rejected before nvcc), and compiles it with ``tilex.compile``, which runs nvcc (on a machine
    without a GPU too, so ``"compiled"`` always means nvcc accepted the code) and writes the on-disk kernel cache
    on a GPU machine (without one, only ptxas's report is kept, so nvcc does not run twice). The parent then
    re-creates each kernel with ``tilex.compile``, which loads it from that cache. A factory that cannot be
-   imported by reference (defined in ``__main__``, in a closure, or a ``functools.partial``), arguments that
+   imported by reference (defined in a closure, a ``functools.partial``, or a ``__main__`` that is no script file:
+   an interactive session, ``python -c``), arguments that
    cannot be pickled, or a disabled kernel cache make the tuner compile in *threads* of the parent instead (the
    PrimFuncs are built one after the other, the compilations overlap where TVM and nvcc release the GIL). As
    with any use of ``multiprocessing``, a script that tunes at import time must guard its entry point with
@@ -304,7 +307,8 @@ class AutoTuner:
 
     def set_tune_args(self, max_workers=None, timeout=None, cache=True, progress=True, max_shared_memory=None,
                       parallel="auto", devices=None, runners=None) -> "AutoTuner":
-        """``max_workers`` (default ``min(len(configs), os.cpu_count())``), ``timeout`` (seconds per
+        """``max_workers`` (default :func:`tilex.env.autotune_workers`: one per CPU, or TileLang's
+        ``$TILELANG_AUTO_TUNING_CPU_COUNTS`` / ``$TILELANG_AUTO_TUNING_MAX_CPU_COUNT``), ``timeout`` (seconds per
         configuration's compilation; ``None``: no limit), ``cache`` (use the autotune disk cache),
         ``progress`` (tqdm bars), ``max_shared_memory`` (bytes per block; default: the GPU's opt-in limit,
         or the target arch's without a GPU), ``parallel`` (``"auto"``, ``"process"`` or ``"thread"``),
@@ -526,7 +530,7 @@ class AutoTuner:
 
     def _compile_job(self, job) -> CompileReport:
         n = len(job.configs)
-        workers = self.max_workers or min(n, os.cpu_count() or 1)
+        workers = self.max_workers or env.autotune_workers(n)
         workers = max(1, min(int(workers), n))
         limit = self._smem_limit(job)
         mode, mode_reason, ref = self._choose_mode(job)

@@ -58,6 +58,14 @@ def unwrap_factory(obj):
     return obj
 
 
+def _main_is_script() -> bool:
+    """Whether ``__main__`` is a script file: spawned worker processes run it again as their own ``__main__``
+    (everything but its ``if __name__ == "__main__":`` block), so its factories resolve there by name."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return bool(path) and path.endswith(".py") and os.path.isfile(path)
+
+
 class FactoryRef:
     """A factory named by module and qualified name, which a spawned worker process can import."""
 
@@ -83,8 +91,8 @@ class FactoryRef:
         qualname = getattr(factory, "__qualname__", None)
         if not module or not qualname:
             return None, f"{type(factory).__name__} object has no module/qualified name"
-        if module == "__main__":
-            return None, f"'{qualname}' is defined in __main__"
+        if module == "__main__" and not _main_is_script():
+            return None, f"'{qualname}' is defined in a __main__ that is no script file (spawned workers cannot run it)"
         if "<locals>" in qualname or "<lambda>" in qualname:
             return None, f"'{qualname}' is a local function (closure or lambda)"
         try:
@@ -142,6 +150,24 @@ def build_kernel(func, out_idx, target, pass_configs, smem_limit) -> tuple[dict,
 def _timed(info, t0):
     info["compile_time"] = time.perf_counter() - t0
     return info
+
+
+def exit_with_parent(parent: int) -> None:
+    """A worker process's initializer: end the worker when the process that started it is gone (killed, or left
+    through ``os._exit`` with the pool still kept), instead of waiting for work forever as an orphan (a pool
+    worker holds both ends of its task queue, so it never sees the parent's end close)."""
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="tilex-exit-with-parent", daemon=True).start()
+
+
+def _process_pool(size: int, ctx):
+    return cf.ProcessPoolExecutor(max_workers=size, mp_context=ctx, initializer=exit_with_parent,
+                                  initargs=(os.getpid(),))
 
 
 def worker_ping() -> int:
@@ -310,7 +336,7 @@ def _kept_pool(size: int, exact: bool, ctx):
                 and (_kept["size"] == size or (not exact and _kept["size"] >= size))):
             return ex, False
         release_pool()
-        ex = cf.ProcessPoolExecutor(max_workers=size, mp_context=ctx)
+        ex = _process_pool(size, ctx)
         _kept.update(ex=ex, size=size, key=key)
         return ex, True
 
@@ -376,7 +402,7 @@ def compile_in_processes(job, ref: FactoryRef, results, workers: int, smem_limit
             if kept:
                 ex, fresh = _kept_pool(pool_size, exact_workers, ctx)
             else:
-                ex, fresh = cf.ProcessPoolExecutor(max_workers=pool_size, mp_context=ctx), True
+                ex, fresh = _process_pool(pool_size, ctx), True
             broken: list = []
             failed = True
             try:
