@@ -37,10 +37,9 @@ def _bits(buf):
     return t.bits * t.lanes
 
 
-class FragmentView(TileOp):
-    """`view` (a DeclBuffer over `base`'s registers) as another element type of the same bits per thread."""
-
-    op_name = "tilex.fragment_view"
+class _ViewRelation(TileOp):
+    """`view` declared over `base`'s storage: each one's layout follows from the other's (`view_layout` /
+    `base_layout`, given by the subclass); nothing is lowered."""
 
     def __init__(self, base, view):
         self.base, self.view = base, view
@@ -48,10 +47,43 @@ class FragmentView(TileOp):
     def buffers(self):
         return [self.base, self.view]
 
+    def _api(self) -> str:
+        raise NotImplementedError
+
     def describe(self):
-        api = "T.reshape" if self._reshape() else "T.view"
-        return (f"{api}({self.base.name} {list(self.base.shape)} {self.base.dtype} as {self.view.name} "
-                f"{list(self.view.shape)} {self.view.dtype})")
+        return (f"{self._api()}({self.base.name} {_shape(self.base)} {self.base.dtype} as {self.view.name} "
+                f"{_shape(self.view)} {self.view.dtype})")
+
+    def view_layout(self, base_layout):
+        raise NotImplementedError
+
+    def base_layout(self, view_layout):
+        raise NotImplementedError
+
+    def infer_layout(self, ctx, level):
+        if level == InferLevel.FREE:
+            return {}
+        base, view = ctx.layout_map.get(self.base), ctx.layout_map.get(self.view)
+        try:
+            if base is not None:
+                return {self.view: self.view_layout(base)}  # also checks a view laid out already
+            if view is not None:
+                return {self.base: self.base_layout(view)}
+        except LayoutError as e:
+            raise TileOpError(f"{self.describe()}: {e}") from None
+        return {}
+
+    def lower(self, ctx):  # pragma: no cover - a relation, never an Evaluate in the program
+        raise TileOpError(f"{self.describe()} has nothing to lower")
+
+
+class FragmentView(_ViewRelation):
+    """`view` (a DeclBuffer over `base`'s registers) as another element type of the same bits per thread."""
+
+    op_name = "tilex.fragment_view"
+
+    def _api(self):
+        return "T.reshape" if self._reshape() else "T.view"
 
     def _reshape(self):
         """Whether this is a reshape (same element type, another shape) rather than a view as another type."""
@@ -71,22 +103,6 @@ class FragmentView(TileOp):
             return reshape_fragment(view_layout, self.base.shape)
         vb, bb = _bits(self.view), _bits(self.base)
         return split_elements(view_layout, vb // bb) if vb >= bb else merge_elements(view_layout, bb // vb)
-
-    def infer_layout(self, ctx, level):
-        if level == InferLevel.FREE:
-            return {}
-        base, view = ctx.layout_map.get(self.base), ctx.layout_map.get(self.view)
-        try:
-            if base is not None:
-                return {self.view: self.view_layout(base)}  # also checks a view laid out already
-            if view is not None:
-                return {self.base: self.base_layout(view)}
-        except LayoutError as e:
-            raise TileOpError(f"{self.describe()}: {e}") from None
-        return {}
-
-    def lower(self, ctx):  # pragma: no cover - a relation, never an Evaluate in the program
-        raise TileOpError(f"{self.describe()} has nothing to lower")
 
 
 def _shape(buf):
@@ -135,21 +151,13 @@ def reinterpret_layout(layout, shape, bits, to_shape, to_bits):
     return Layout(to_shape, forward, output_shape=[size])
 
 
-class SharedView(TileOp):
+class SharedView(_ViewRelation):
     """`view` (a DeclBuffer over `base`'s shared memory) as another shape and element type of the same bytes."""
 
     op_name = "tilex.shared_view"
 
-    def __init__(self, base, view):
-        self.base, self.view = base, view
-
-    def buffers(self):
-        return [self.base, self.view]
-
-    def describe(self):
-        api = "T.view" if str(self.view.dtype) != str(self.base.dtype) else "T.reshape"
-        return (f"{api}({self.base.name} {_shape(self.base)} {self.base.dtype} as {self.view.name} "
-                f"{_shape(self.view)} {self.view.dtype})")
+    def _api(self):
+        return "T.view" if str(self.view.dtype) != str(self.base.dtype) else "T.reshape"
 
     def view_layout(self, base_layout):
         """The view's layout for the base's (None: both row-major)."""
@@ -161,24 +169,8 @@ class SharedView(TileOp):
         return reinterpret_layout(view_layout, _shape(self.view), _bits(self.view), _shape(self.base),
                                   _bits(self.base))
 
-    def infer_layout(self, ctx, level):
-        if level == InferLevel.FREE:
-            return {}
-        base, view = ctx.layout_map.get(self.base), ctx.layout_map.get(self.view)
-        try:
-            if base is not None:
-                return {self.view: self.view_layout(base)}  # also checks a view laid out already
-            if view is not None:
-                return {self.base: self.base_layout(view)}
-        except LayoutError as e:
-            raise TileOpError(f"{self.describe()}: {e}") from None
-        return {}
-
     def physical_view(self, base_physical):
         """The view's physical buffer: 1-d, over the same shared memory (the same data) as the base's."""
         size = int(base_physical.shape[0]) * _bits(self.base) // _bits(self.view)
         return tirx.decl_buffer((max(size, 1),), str(self.view.dtype), self.view.name, data=base_physical.data,
                                 scope=base_physical.scope())
-
-    def lower(self, ctx):  # pragma: no cover - a relation, never an Evaluate in the program
-        raise TileOpError(f"{self.describe()} has nothing to lower")
