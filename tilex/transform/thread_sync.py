@@ -30,6 +30,11 @@ conflicting accesses after it, unordered. Such a kernel is a ValueError naming t
 places its own barriers (TileLang's ``TL_DISABLE_THREAD_STORAGE_SYNC``, tilex option ``trust_program_barriers``):
 then that statement's inside keeps only the program's barriers, and the rest of the kernel is planned as usual.
 
+Atomics on shared memory (``tilex::atomic_*(&s[i], ...)``): TVM's planner does not see an address taken with
+``address_of``, so each is given to it as an access pointer that reads and writes the element, and a statement that
+touches shared memory through atomics only is planned as one statement reading and writing those tiles as a whole:
+barriers against the plain accesses before and after it, none between its atomics.
+
 T.async_copy's ``tilex.async_write`` markers (the tile a cp.async writes) are read here and dropped.
 """
 from __future__ import annotations
@@ -112,6 +117,7 @@ _WHILE_LOOP = "tilex.while_loop"  # while planning: a while loop's stand-in, a f
 _WHILE_CONDITION = "tilex_while_condition"  # ... that read (this file)
 _PROBE = "tilex.sync_probe"  # while probing: one statement that may not hold barriers, by index (this file)
 _HIDDEN = "tilex_sync_hidden"  # a statement left to the program's own barriers, by index (this file)
+_ATOMICS = "tilex_sync_atomics"  # a statement touching shared memory through atomics only, by index (this file)
 
 
 def _touches_shared(stmt) -> bool:
@@ -385,6 +391,21 @@ def _shared_accesses(stmt) -> dict:
     return masks
 
 
+def _stand_in(stmt, hidden, name):
+    """One statement in place of `stmt` (kept in `hidden` under its index) that reads and writes, as a whole, the
+    shared tiles `stmt` reads and writes."""
+    i = len(hidden)
+    hidden[i] = stmt
+    ptrs = []
+    for buf, m in _shared_accesses(stmt).items():
+        size = 1
+        for e in buf.shape:
+            size = size * e
+        if m:
+            ptrs.append(tirx_op.tvm_access_ptr(tirx_op.type_annotation(str(buf.dtype)), buf.data, 0, size, m))
+    return tirx.Evaluate(tirx.call_extern("void", name, tirx.const(i, "int32"), *ptrs))
+
+
 def _hide(body, stmts, hidden):
     """`body` with each of `stmts` replaced by one statement accessing, as a whole, the shared tiles it touches
     (its index in `hidden`, which keeps the statement). A branch whose condition was computed just before it
@@ -393,16 +414,7 @@ def _hide(body, stmts, hidden):
     index = {s: None for s in stmts}
 
     def stand_in(stmts_hidden):
-        i = len(hidden)
-        hidden[i] = stmts_hidden[0] if len(stmts_hidden) == 1 else tirx.SeqStmt(stmts_hidden)
-        ptrs = []
-        for buf, m in _shared_accesses(hidden[i]).items():
-            size = 1
-            for e in buf.shape:
-                size = size * e
-            if m:
-                ptrs.append(tirx_op.tvm_access_ptr(tirx_op.type_annotation(str(buf.dtype)), buf.data, 0, size, m))
-        return tirx.Evaluate(tirx.call_extern("void", _HIDDEN, tirx.const(i, "int32"), *ptrs))
+        return _stand_in(stmts_hidden[0] if len(stmts_hidden) == 1 else tirx.SeqStmt(stmts_hidden), hidden, _HIDDEN)
 
     def bound_condition(prev, node):
         return (isinstance(prev, tirx.Bind) and isinstance(node, tirx.IfThenElse)
@@ -431,19 +443,20 @@ def _hide(body, stmts, hidden):
     return mutate(body, [(tirx.SeqStmt, on_seq), (tirx.IfThenElse, on_other), (tirx.AttrStmt, on_other)])
 
 
-def _unhide(body, hidden):
-    """`body` with the statements :func:`_hide` took out back in place."""
+def _unhide(body, hidden, name=_HIDDEN):
+    """`body` with the statements :func:`_hide` (or :func:`_hide_atomic_statements`: `name`) took out back in
+    place."""
     if not hidden:
         return body
 
     def back(node):
-        if intrin.name_of(node) == _HIDDEN:
+        if intrin.name_of(node) == name:
             return hidden[int(node.value.args[1].value)]
         return node
 
     for _ in range(len(hidden) + 1):  # a hidden statement may hold one hidden before it
         found = []
-        walk(body, (tirx.Evaluate, lambda e: found.append(e) if intrin.name_of(e) == _HIDDEN else None))
+        walk(body, (tirx.Evaluate, lambda e: found.append(e) if intrin.name_of(e) == name else None))
         if not found:
             return body
         body = map_nodes(body, (tirx.Evaluate, back))
@@ -497,6 +510,75 @@ def _describer(hoisted):
     return describe
 
 
+def _expose_shared_atomics(body):
+    """`body` with the shared element an atomic helper updates (``tilex::atomic_*(&s[i], ...)``) given as an access
+    pointer read and written (``tvm_access_ptr``, one element per value the helper adds): TVM's planner does not
+    see an address taken with ``address_of``, so an atomic on shared memory got no barrier against the writes and
+    reads of other threads around it."""
+
+    def on_call(call):
+        if not intrin.is_atomic(call):
+            return call
+        args = list(call.args)  # the helper's name, its pointer, its values
+        ptr = args[1]
+        if not (is_op_call(ptr, "tirx.address_of") and isinstance(ptr.args[0], BufferLoadNode)):
+            return call
+        load = ptr.args[0]
+        buf = load.source
+        if not is_shared(buf) or len(load.indices) != 1:
+            return call
+        count = max(len(args) - 2, 1) if intrin.is_vector_atomic(call) else 1
+        args[1] = tirx.call_intrin("handle", "tirx.tvm_access_ptr", tirx_op.type_annotation(str(buf.dtype)),
+                                   buf.data, load.indices[0], tirx.const(count, "int32"), tirx.const(3, "int32"))
+        return tirx.call_extern(call.dtype, *args)
+
+    return map_nodes(body, (tvm.ir.Call, on_call), order="post")
+
+
+def _hide_shared_atomics(body):
+    """The inverse of :func:`_expose_shared_atomics` after planning: each atomic helper takes ``&s[i]`` again."""
+
+    def on_call(call):
+        if not intrin.is_atomic(call) or not is_op_call(call.args[1], "tirx.tvm_access_ptr"):
+            return call
+        _, data, offset, _, _ = call.args[1].args
+        (buf,) = _buffer_vars(data)
+        args = list(call.args)
+        args[1] = tirx.address_of(tirx.BufferLoad(buf, [offset]))
+        return tirx.call_extern(call.dtype, *args)
+
+    return map_nodes(body, (tvm.ir.Call, on_call), order="post")
+
+
+def _hide_atomic_statements(body, hidden):
+    """`body` with each outermost statement that touches shared memory only through atomic helpers (exposed by
+    :func:`_expose_shared_atomics`) replaced by one statement reading and writing those tiles as a whole: atomics
+    need no barrier between one another, only against the plain accesses before and after them (TVM's planner,
+    seeing each atomic as a read and a write, would put one between consecutive atomics of a loop)."""
+
+    def atomic_only(stmt) -> bool:
+        atomics = []
+
+        def on_call(c):
+            if intrin.is_atomic(c) and is_op_call(c.args[1], "tirx.tvm_access_ptr"):
+                atomics.append(c)
+                return tirx.call_extern(c.dtype, intrin.name_of(c), *c.args[2:])  # its values may read shared
+            return c
+
+        rest = map_nodes(stmt, (tvm.ir.Call, on_call))
+        return bool(atomics) and not _shared_accesses(rest)
+
+    def on_stmt(node, m):
+        if atomic_only(node):
+            return _stand_in(node, hidden, _ATOMICS)
+        return m.default_mutate(node)
+
+    # (a Bind keeps its variable in view: an atomic whose old value is bound stays exposed, planned as a read and
+    # a write)
+    return mutate(body, [(tirx.IfThenElse, on_stmt), (tirx.For, on_stmt), (tirx.Evaluate, on_stmt),
+                         (tirx.BufferStore, on_stmt)])
+
+
 def _drop_async_writes(body):
     """T.async_copy's ``tilex.async_write`` markers, read by the planning, become no-ops (RemoveNoOp drops them)."""
     return map_nodes(body, (tirx.Evaluate, lambda n: tirx.Evaluate(tirx.const(0, "int32"))
@@ -505,8 +587,10 @@ def _drop_async_writes(body):
 
 @tirx.transform.prim_func_pass(opt_level=0, name="tilex.ThreadSync")
 def ThreadSync(func, mod, ctx):  # noqa: N802
-    body, hoisted = _hoist_shared_conditions(func.body)
+    body, hoisted = _hoist_shared_conditions(_expose_shared_atomics(func.body))
+    atomics = {}
+    body = _hide_atomic_statements(body, atomics)
     own_barriers = bool(config.get(TRUST_PROGRAM_BARRIERS, False))
     synced = _plan_kernel(func.with_body(_mark_uniform(body)), own_barriers, _describer(hoisted))
-    body = _unmark(synced.body)
+    body = _hide_shared_atomics(_unhide(_unmark(synced.body), atomics, _ATOMICS))
     return synced.with_body(_drop_async_writes(_restore_conditions(body, hoisted)))
