@@ -17,9 +17,10 @@ What "an example" is and how it runs:
 
 On a GPU machine (``--gpu``, the default when torch sees a GPU) the example runs for real: OK when it returns,
 FAIL when its check raises AssertionError (a wrong answer), ERROR otherwise. On a machine without a GPU
-(``--cpu``) torch's CUDA tensors are made on the CPU and every tilex kernel call returns zero-filled outputs without
-launching, so the example goes on and compiles every kernel it builds; the line says COMPILED when it ran to its
-end or to its check (whose AssertionError on zeros is expected), ERROR when anything before that failed.
+(``--cpu``) torch's CUDA tensors are made on the CPU, torch.cuda's streams and devices do nothing, and every tilex
+kernel call returns stand-in outputs (floating-point ones, integer zeros) without launching, so the example goes on
+and compiles every kernel it builds; the line says COMPILED when it ran to its end or to its check (whose
+AssertionError on stand-ins is expected), ERROR when anything before that failed.
 REFUSED marks an example stopped by something tilex says it does not do (NotImplementedError) and MISSING one
 that needs a Python package the machine lacks. The last lines are the counts.
 """
@@ -240,6 +241,31 @@ def _cpu_torch():
         warp_size = 32
 
     cuda.get_device_properties = lambda *a, **k: _Properties()
+
+    class _Stream:  # torch.cuda.Stream(), torch.cuda.stream(s), torch.cuda.device(i): everything on the one CPU
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def synchronize(self):
+            pass
+
+        def wait_stream(self, *a, **k):
+            pass
+
+        def record_event(self, *a, **k):
+            return _Event()
+
+    cuda.Stream = _Stream
+    cuda.stream = _Stream
+    cuda.device = _Stream
+    cuda.current_stream = lambda *a, **k: _Stream()
+    cuda.default_stream = lambda *a, **k: _Stream()
     cuda.empty_cache = lambda: None
     cuda.set_device = lambda *a, **k: None
     cuda.is_available = lambda: True  # examples that refuse to run without CUDA go on to compile
@@ -254,7 +280,7 @@ def _cpu_torch():
 
 
 def _cpu_kernels():
-    """tilex kernel calls return zero-filled outputs instead of launching (the kernel has compiled by then)."""
+    """tilex kernel calls return outputs filled with ones (integers: zeros) instead of launching (the kernel has compiled by then)."""
     import torch
     from tilex.jit import kernel as kernel_mod
 
@@ -277,7 +303,9 @@ def _cpu_kernels():
             shape = []
             for d in spec.shape or ():
                 shape.append(sizes.get(d[1], 1) if isinstance(d, tuple) else (1 if d is None else int(d)))
-            outs.append(torch.zeros(shape, dtype=spec.torch_dtype or torch.float32))
+            dtype = spec.torch_dtype or torch.float32
+            # ones, not zeros: checks that divide by an output's norm go on to their comparison
+            outs.append(torch.ones(shape, dtype=dtype) if dtype.is_floating_point else torch.zeros(shape, dtype=dtype))
         if not outs:
             return None
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -298,7 +326,7 @@ def _cpu_autotune():
             raise tuner.AutotuneError("tilex autotune: no configuration compiled:\n"
                                       + R.format_table(report.results), report.results)
         best = ok[0]
-        best.latency = 0.0
+        best.latency = 1.0  # a stand-in (nothing was timed): examples that divide by it print a made-up rate
         best.status = getattr(R, "OK", best.status)
         return R.TuneResult(best, report.results)
 
@@ -322,7 +350,7 @@ def _classify(exc, cpu):
         return "REFUSED", head
     if isinstance(exc, AssertionError):
         if cpu:
-            return "COMPILED", "ran to its check (outputs are zeros without a GPU)"
+            return "COMPILED", "ran to its check (outputs are stand-ins without a GPU)"
         return "FAIL", head
     return "ERROR", head
 
@@ -357,6 +385,22 @@ def run_one(example, cpu):
             "kernel_calls": _CompiledOnly.calls}
 
 
+def _cuda_home():
+    """The CUDA toolkit root of the nvcc tilex uses (its headers beside it), or /usr/local/cuda; None if neither."""
+    roots = []
+    try:
+        from tilex import env as tilex_env
+
+        roots.append(os.path.dirname(os.path.dirname(os.path.realpath(tilex_env.find_nvcc()))))
+    except Exception:  # noqa: BLE001 - no nvcc: the example says what it misses
+        pass
+    roots.append("/usr/local/cuda")
+    for root in roots:
+        if os.path.isfile(os.path.join(root, "include", "cuda_runtime.h")):
+            return root
+    return None
+
+
 def _spawn(example, cpu, timeout, workers):
     cmd = [sys.executable, os.path.abspath(__file__), "--run-one", json.dumps(example)] + (["--cpu"] if cpu else [])
     env = dict(os.environ)
@@ -365,6 +409,10 @@ def _spawn(example, cpu, timeout, workers):
     # examples run side by side: each autotuner compiles with its share of the CPUs unless the caller said otherwise
     env.setdefault("TILELANG_AUTO_TUNING_MAX_CPU_COUNT", str(workers))
     env.setdefault("MPLBACKEND", "Agg")
+    if not env.get("CUDA_HOME"):  # examples that build CUDA extensions look for it; tilex finds nvcc without it
+        home = _cuda_home()
+        if home:
+            env["CUDA_HOME"] = home
     t0 = time.time()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
