@@ -41,3 +41,14 @@ def test_cuda_home_is_a_toolkit_root_or_none():
                "import tilelang_examples as te\n"
                "print(te._cuda_home())" % TOOLS).strip()
     assert out == "None" or os.path.isfile(os.path.join(out, "include", "cuda_runtime.h"))
+
+
+def test_cpu_mode_timers_call_once_and_answer_a_stand_in():
+    out = _run("import sys; sys.path.insert(0, %r)\n"
+               "import tilelang_examples as te\n"
+               "te._cpu_torch(); te._cpu_timing()\n"
+               "from tilex.profiler import do_bench\n"
+               "calls = []\n"
+               "print(do_bench(lambda: calls.append(1)), do_bench(lambda: calls.append(1), quantiles=[0.5, 0.2]),"
+               " len(calls))" % TOOLS)
+    assert out.split() == ["1.0", "[1.0,", "1.0]", "2"]

@@ -17,9 +17,9 @@ What "an example" is and how it runs:
 
 On a GPU machine (``--gpu``, the default when torch sees a GPU) the example runs for real: OK when it returns,
 FAIL when its check raises AssertionError (a wrong answer), ERROR otherwise. On a machine without a GPU
-(``--cpu``) torch's CUDA tensors are made on the CPU, torch.cuda's streams and devices do nothing, and every tilex
-kernel call returns stand-in outputs (floating-point ones, integer zeros) without launching, so the example goes on
-and compiles every kernel it builds; the line says COMPILED when it ran to its end or to its check (whose
+(``--cpu``) torch's CUDA tensors are made on the CPU, torch.cuda's streams and devices do nothing, tilex's timers
+call their function once and answer 1 ms, and every tilex kernel call returns stand-in outputs (floating-point
+ones, integer zeros) without launching, so the example goes on and compiles every kernel it builds; the line says COMPILED when it ran to its end or to its check (whose
 AssertionError on stand-ins is expected), ERROR when anything before that failed.
 REFUSED marks an example stopped by something tilex says it does not do (NotImplementedError) and MISSING one
 that needs a Python package the machine lacks. The last lines are the counts.
@@ -313,6 +313,24 @@ def _cpu_kernels():
     kernel_mod.JITKernel.__call__ = call
 
 
+def _cpu_timing():
+    """tilex's timers (``do_bench`` and the kernel profiler's) call the function once and answer a 1 ms stand-in:
+    without a GPU nothing can be timed, and timing an example's torch reference on the CPU again and again only
+    costs minutes."""
+    from tilex import autotuner
+    from tilex.autotuner import bench as abench
+    from tilex.jit import bench as jbench
+    from tilex.jit import profiler as jprofiler
+
+    def stand_in(fn, *args, quantiles=None, **kwargs):
+        fn()
+        return [1.0] * len(quantiles) if quantiles else 1.0
+
+    for module in (jbench, jprofiler, abench, autotuner):
+        if hasattr(module, "do_bench"):
+            module.do_bench = stand_in
+
+
 def _cpu_autotune():
     """The autotuner's benchmark phase picks the first configuration that compiled (nothing can be timed), after
     the compile phase compiled them all; the autotune cache is not written."""
@@ -365,6 +383,7 @@ def run_one(example, cpu):
         _cpu_torch()
         _cpu_kernels()
         _cpu_autotune()
+        _cpu_timing()
     os.chdir(example["folder"])
     sys.path.insert(0, example["folder"])
     sys.argv = [example["path"]]
