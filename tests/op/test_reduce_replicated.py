@@ -1,6 +1,8 @@
 """A reduction over a fragment that is itself replicated (a GEMM A operand that warps side by side along N all
 hold, and what a T.Parallel computes from it) combines the threads that held the reduced dimension, never the
-replicas: each replica holds a copy of the same values, so summing them would count every element twice.
+replicas: each replica holds a copy of the same values, so summing them would count every element twice. Likewise
+a reducer written by a loop that runs in several replicas takes the writes of one replica only (T.finalize_reducer
+adds its replicas up).
 
 CPU: the projection's reduction terms and the CUDA tilex generates; GPU: the values against torch."""
 import numpy as np
@@ -61,6 +63,45 @@ def sum_of_squares_beside_gemm(tokens=64, hidden=512, bt=32, bh=256):
     return main
 
 
+
+def reducer_beside_gemm(tokens=64, hidden=512, bt=32, bh=256):
+    """sum_of_squares_beside_gemm's sums through a reducer written by a loop over the replicated A operand."""
+
+    @T.prim_func
+    def main(X: T.Tensor((tokens, hidden), "bfloat16"), W: T.Tensor((32, hidden), "float32"),
+             O: T.Tensor((tokens, 32), "float32"), S: T.Tensor((tokens,), "float32")):
+        with T.Kernel(T.ceildiv(tokens, bt), threads=128) as bx:
+            acc = T.alloc_fragment((bt, 32), "float32")
+            sums = T.alloc_reducer((bt,), "float32", op="sum")
+            T.clear(acc)
+            T.reducer_init(sums)
+            for k in T.Pipelined(hidden // bh, num_stages=2):
+                x_s = T.alloc_shared((bt, bh), "bfloat16")
+                w_s = T.alloc_shared((32, bh), T.tfloat32)
+                T.copy(X[bx * bt, k * bh], x_s)
+                T.copy(W[0, k * bh], w_s)
+                x_16 = T.alloc_fragment((bt, bh), "bfloat16")
+                T.copy(x_s, x_16)
+                x_f = T.alloc_fragment((bt, bh), T.tfloat32)
+                T.copy(x_16, x_f)
+                for i, j in T.Parallel(bt, bh):
+                    sums[i] += x_f[i, j] * x_f[i, j]
+                T.gemm(x_f, w_s, acc, transpose_B=True)
+            T.finalize_reducer(sums)
+            for i in T.Parallel(bt):
+                S[bx * bt + i] = sums[i]
+            T.copy(acc, O[bx * bt, 0])
+
+    return main
+
+
+def test_replicated_loop_adds_into_one_reducer_replica():
+    src = tilex.compile(reducer_beside_gemm(), target="sm_90a").get_kernel_source()
+    body = src[src.index('extern "C" __global__'):]
+    add = body.index("sums_ptr[(par_l")
+    # the loop's second copy (the other warp of each pair) leaves its reducer replica at the identity
+    assert "((((int)threadIdx.x) & 63) >> 5) == 0)" in body[body.rindex("if (", 0, add):add], body
+
 def test_replicated_partials_are_not_combined_across_warps():
     src = tilex.compile(sum_of_squares_beside_gemm(), target="sm_90a").get_kernel_source()
     # the A operand is held by both warps of a warp pair (they split N): the 4 partial columns sit in lanes
@@ -80,3 +121,15 @@ def test_sum_of_squares_beside_gemm_values():
     torch.testing.assert_close(s, x.float().square().sum(-1), rtol=1e-5, atol=1e-3)
     w_tf32 = ((w.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32)  # W rounded to tf32, as the MMA reads it
     torch.testing.assert_close(o, x.float() @ w_tf32.T, rtol=1e-4, atol=1e-3)
+
+
+
+@pytest.mark.gpu
+def test_reducer_beside_gemm_values():
+    import torch
+
+    kernel = tilex.compile(reducer_beside_gemm(), out_idx=[2, 3])
+    x = torch.randn(64, 512, device="cuda").bfloat16()
+    w = torch.randn(32, 512, device="cuda")
+    _, s = kernel(x, w)
+    torch.testing.assert_close(s, x.float().square().sum(-1), rtol=1e-5, atol=1e-3)

@@ -350,12 +350,15 @@ class ParallelOp(TileOp):
                 blocks.append((buf, idx) + block[1:])
                 vec = placed_vector_width(block[1], vec)
 
+        # a reducer's replicas are partials that T.finalize_reducer adds up: a replicated loop adds into replica 0's
+        reducer_regs = {ctx.remap[b] for b in ctx.reducers if b in ctx.remap}
+
         def make_frag(ix, _guard, l_flat, rep):
             sub = dict(zip(self.vars, ix))
             element = fast_int_casts(substitute(body, sub), ctx.analyzer)
             at = [(buf, [substitute(e, sub) for e in idx], placement, off) for buf, idx, placement, off in blocks]
             element = _direct_fragment_access(element, frag, ix, l_flat, ctx, at)
-            return _in_one_replica(element, rep) if rep is not None else element
+            return _in_one_replica(element, rep, reducer_regs) if rep is not None else element
 
         return emit_by_fragment(ctx, frag, vec, make_frag, name="par", bounds=self.extents, replica=True)
 
@@ -636,16 +639,17 @@ def _phys(ctx, buf, idx, vars_, ix):
     return sub
 
 
-def _in_one_replica(stmt, rep):
+def _in_one_replica(stmt, rep, registers=()):
     """`stmt` (one element of a loop run by a replicated layout, every replica running it) with its effects beyond
-    the thread's own registers -- stores to shared or global memory, calls such as atomics -- made by replica 0
-    alone (`rep` is the element's replica number): TileLang guards a replicated loop's stores so."""
+    the thread's own registers -- stores to shared or global memory, calls such as atomics, and stores to
+    `registers` (a reducer's: its replicas are partials that are added up) -- made by replica 0 alone (`rep` is the
+    element's replica number): TileLang guards a replicated loop's stores so."""
     if isinstance(rep, tirx.IntImm):
-        return stmt if rep.value == 0 else _drop_effects(stmt)
+        return stmt if rep.value == 0 else _drop_effects(stmt, registers)
     first = tirx.EQ(rep, tirx.const(0, dtype_of(rep)))
 
     def on_store(n):
-        return tirx.IfThenElse(first, n, None) if is_global(n.buffer) or is_shared(n.buffer) else n
+        return tirx.IfThenElse(first, n, None) if _effect(n.buffer, registers) else n
 
     def on_eval(n):
         return tirx.IfThenElse(first, n, None) if isinstance(n.value, tvm.ir.Call) else n
@@ -653,12 +657,17 @@ def _in_one_replica(stmt, rep):
     return map_nodes(stmt, [(tirx.BufferStore, on_store), (tirx.Evaluate, on_eval)], order="post")
 
 
-def _drop_effects(stmt):
-    """`stmt` for a replica other than 0 (see _in_one_replica): its stores to memory and calls removed."""
+def _effect(buf, registers) -> bool:
+    return is_global(buf) or is_shared(buf) or buf in registers
+
+
+def _drop_effects(stmt, registers=()):
+    """`stmt` for a replica other than 0 (see _in_one_replica): its stores to memory (and `registers`) and calls
+    removed."""
     nop = tirx.Evaluate(tirx.const(0, "int32"))
 
     def on_store(n):
-        return nop if is_global(n.buffer) or is_shared(n.buffer) else n
+        return nop if _effect(n.buffer, registers) else n
 
     def on_eval(n):
         return nop if isinstance(n.value, tvm.ir.Call) else n
