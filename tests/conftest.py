@@ -8,6 +8,11 @@ import pytest
 if os.environ.get("TILEX_TEST_KEEP_CACHE_DIR") != "1":  # set it to 1 to test against a given cache dir
     os.environ["TILEX_CACHE_DIR"] = tempfile.mkdtemp(prefix="tilex-test-cache-")
 
+# pytest-xdist's controller imports the module of each warning a worker reports, in one receiver thread per worker:
+# two first imports of tilex at once (two threads) meet its import cycle half-initialized and take the run down.
+# Import it here, once, before any worker reports.
+import tilex  # noqa: E402,F401
+
 
 def _cuda_available() -> bool:
     try:
