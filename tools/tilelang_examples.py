@@ -34,6 +34,7 @@ import importlib.abc
 import importlib.machinery
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -46,6 +47,8 @@ SKIP_DIRS = {"amd", "aws", "deepseek_v32/inference", "flash_attention_sm100", "b
 SKIP_MARKS = ("sm100", "sm120", "_amd", "amd_", "tcgen5", "cdna")
 
 ALIAS, TARGET = "tilelang", "tilex"
+#: lines of an example's output that report a time or a rate (kept in --json's "timings")
+TIMING_WORDS = re.compile(r"(latency|\bms\b|tflops|gb/s|speed ?up|_time|time:|elapsed)", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -437,9 +440,13 @@ def _spawn(example, cpu, timeout, workers):
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return {"status": "ERROR", "reason": f"timed out after {timeout} s", "seconds": timeout}
-    for line in reversed(proc.stdout.splitlines()):
+    lines = proc.stdout.splitlines()
+    for line in reversed(lines):
         if line.startswith("@@RESULT "):
-            return json.loads(line[len("@@RESULT "):])
+            result = json.loads(line[len("@@RESULT "):])
+            # what the example printed about its speed (its own timings against its reference), for --json
+            result["timings"] = [ln.strip()[:200] for ln in lines if TIMING_WORDS.search(ln)][-20:]
+            return result
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     return {"status": "ERROR", "reason": f"process died (exit {proc.returncode}): " + " | ".join(tail)[:400],
             "seconds": round(time.time() - t0, 1)}
@@ -452,7 +459,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--only", action="append", default=[], help="run the examples whose path contains this")
     ap.add_argument("--list", action="store_true", help="list the examples and how each runs; run nothing")
-    ap.add_argument("--json", help="write every result to this file")
+    ap.add_argument("--json", help="write every result to this file (with the lines each example printed about its "
+                    "speed: \"timings\")")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--cpu", action="store_true", help="compile only (no GPU): kernel calls return zeros")
     mode.add_argument("--gpu", action="store_true")
