@@ -52,3 +52,14 @@ def test_cpu_mode_timers_call_once_and_answer_a_stand_in():
                "print(do_bench(lambda: calls.append(1)), do_bench(lambda: calls.append(1), quantiles=[0.5, 0.2]),"
                " len(calls))" % TOOLS)
     assert out.split() == ["1.0", "[1.0,", "1.0]", "2"]
+
+
+def test_cpu_mode_comparisons_check_nothing():
+    out = _run("import sys; sys.path.insert(0, %r)\n"
+               "import tilelang_examples as te, torch\n"
+               "te._cpu_torch(); te._cpu_checks()\n"
+               "import tilex.testing\n"
+               "torch.testing.assert_close(torch.ones(2), torch.zeros(2))\n"
+               "tilex.testing.torch_assert_close(torch.ones(2), torch.zeros(2))\n"
+               "print('went on')" % TOOLS)
+    assert out.split() == ["went", "on"]
