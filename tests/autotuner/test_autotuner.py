@@ -32,6 +32,16 @@ def _subprocess_env():
     return dict(os.environ, PYTHONPATH=os.pathsep.join([HERE, REPO, os.environ.get("PYTHONPATH", "")]))
 
 
+def _run_script(path, text, tag):
+    """Write `text` to the script `path`, run it in a Python subprocess, return (the words of its stdout lines that
+    start with `tag`, after the tag; its output for a failure message)."""
+    path.write_text(text)
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300,
+                         env=_subprocess_env())
+    found = [ln[len(tag):].strip() for ln in out.stdout.splitlines() if ln.startswith(tag)]
+    return found, out.stdout + out.stderr[-3000:]
+
+
 def _tuner(configs, **kw):
     kw.setdefault("progress", False)
     return at.AutoTuner.from_kernel(tune_kernels.matmul, configs, **kw).set_compile_args(out_idx=[2],
@@ -427,28 +437,25 @@ def test_worker_crash_is_pinned_on_its_config():
 def test_unguarded_script_falls_back_to_threads(tmp_path):
     """A script that tunes at import time without `if __name__ == "__main__":` makes every spawned worker
     re-run it; the tuner notices that the workers cannot start and compiles in threads."""
-    script = tmp_path / "unguarded.py"
-    script.write_text(
+    lines, output = _run_script(
+        tmp_path / "unguarded.py",
         "import warnings\n"
         "import tilex.autotuner as at, tune_kernels\n"
         f"t = at.AutoTuner(tune_kernels.matmul, [{SMALL!r}], out_idx=[2], target='sm_90a', progress=False)\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
         "    rep = t.compile(256, 256, 256)\n"
-        "print('RESULT', rep.mode, [r.status for r in rep.results], any('__main__' in str(x.message) for x in w))\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         env=_subprocess_env())
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
-    assert lines == ["RESULT thread ['compiled'] True"], out.stdout + out.stderr[-3000:]
-
+        "print('RESULT', rep.mode, [r.status for r in rep.results], any('__main__' in str(x.message) for x in w))\n",
+        "RESULT")
+    assert lines == ["thread ['compiled'] True"], output
 
 
 def test_factory_of_a_guarded_script_compiles_in_processes(tmp_path):
     """A factory defined in the script being run (``__main__``, TileLang's usual autotune example) is compiled in
     worker processes: each runs the script again as its own ``__main__`` (not its guarded block) and finds the
     factory there by name."""
-    script = tmp_path / "guarded.py"
-    script.write_text(
+    lines, output = _run_script(
+        tmp_path / "guarded.py",
         "import os\n"
         "import tilex.autotuner as at, tune_kernels\n"
         "def matmul(M, N, K, **cfg):\n"
@@ -457,18 +464,16 @@ def test_factory_of_a_guarded_script_compiles_in_processes(tmp_path):
         f"    t = at.AutoTuner(matmul, [{SMALL!r}, {GOOD!r}], out_idx=[2], target='sm_90a', max_workers=2,\n"
         "                     progress=False)\n"
         "    rep = t.compile(256, 256, 256)\n"
-        "    print('RESULT', rep.mode, [r.status for r in rep.results])\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         env=_subprocess_env())
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")]
-    assert lines == ["RESULT process ['compiled', 'compiled']"], out.stdout + out.stderr[-3000:]
+        "    print('RESULT', rep.mode, [r.status for r in rep.results])\n",
+        "RESULT")
+    assert lines == ["process ['compiled', 'compiled']"], output
 
 
 def test_kept_workers_end_with_their_parent(tmp_path):
     """A process that leaves through os._exit (or is killed) with its worker pool still kept does not leave the
     workers behind waiting for work."""
-    script = tmp_path / "leaves.py"
-    script.write_text(
+    lines, output = _run_script(
+        tmp_path / "leaves.py",
         "import os\n"
         "import tilex.autotuner as at, tune_kernels\n"
         "from tilex.autotuner import workers\n"
@@ -477,15 +482,15 @@ def test_kept_workers_end_with_their_parent(tmp_path):
         "                     progress=False)\n"
         "    t.compile(256, 256, 256)\n"
         "    print('PIDS', *workers._kept['ex']._processes, flush=True)\n"
-        "    os._exit(0)\n")
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
-                         env=_subprocess_env())
-    pids = [int(p) for ln in out.stdout.splitlines() if ln.startswith("PIDS") for p in ln.split()[1:]]
-    assert pids, out.stdout + out.stderr[-3000:]
+        "    os._exit(0)\n",
+        "PIDS")
+    pids = [int(p) for ln in lines for p in ln.split()]
+    assert pids, output
     deadline = time.time() + 20
     while time.time() < deadline and any(os.path.exists(f"/proc/{p}") for p in pids):
         time.sleep(0.5)
     assert not [p for p in pids if os.path.exists(f"/proc/{p}")], "orphaned compile workers are still running"
+
 
 def test_tilelang_cpu_count_variables_size_the_pool(monkeypatch):
     from tilex import env

@@ -29,9 +29,27 @@ def test_projection_reports_only_the_reduced_dimension_terms():
         assert (t // sc) % e == (r // radix) % e
 
 
+def _staged_operands(bt, bh):
+    """A macro loading step k of the GEMM's operands: W's (32, bh) slice into the tf32 shared tile `w_s`, X's
+    (bt, bh) bf16 block through shared memory and a bf16 fragment into the tf32 fragment `x_f` (the A operand)."""
+
+    @T.macro
+    def stage(X, W, bx, k, w_s, x_f):
+        x_s = T.alloc_shared((bt, bh), "bfloat16")
+        T.copy(X[bx * bt, k * bh], x_s)
+        T.copy(W[0, k * bh], w_s)
+        x_16 = T.alloc_fragment((bt, bh), "bfloat16")
+        T.copy(x_s, x_16)
+        T.copy(x_16, x_f)
+
+    return stage
+
+
 def sum_of_squares_beside_gemm(tokens=64, hidden=512, bt=32, bh=256):
     """The shape of TileLang's mHC pre GEMM: x (bf16, exact in tf32) through a fragment that is the A operand of a
     tf32 GEMM against W, and per-token sums of squares of the same fragment (4 partial columns, then reduced)."""
+
+    stage = _staged_operands(bt, bh)
 
     @T.prim_func
     def main(X: T.Tensor((tokens, hidden), "bfloat16"), W: T.Tensor((32, hidden), "float32"),
@@ -42,14 +60,9 @@ def sum_of_squares_beside_gemm(tokens=64, hidden=512, bt=32, bh=256):
             T.clear(acc)
             T.clear(part)
             for k in T.Pipelined(hidden // bh, num_stages=2):
-                x_s = T.alloc_shared((bt, bh), "bfloat16")
                 w_s = T.alloc_shared((32, bh), T.tfloat32)
-                T.copy(X[bx * bt, k * bh], x_s)
-                T.copy(W[0, k * bh], w_s)
-                x_16 = T.alloc_fragment((bt, bh), "bfloat16")
-                T.copy(x_s, x_16)
                 x_f = T.alloc_fragment((bt, bh), T.tfloat32)
-                T.copy(x_16, x_f)
+                stage(X, W, bx, k, w_s, x_f)
                 for jj in T.serial(bh // 4):
                     for i, j in T.Parallel(bt, 4):
                         part[i, j] += x_f[i, jj * 4 + j] * x_f[i, jj * 4 + j]
@@ -63,9 +76,10 @@ def sum_of_squares_beside_gemm(tokens=64, hidden=512, bt=32, bh=256):
     return main
 
 
-
 def reducer_beside_gemm(tokens=64, hidden=512, bt=32, bh=256):
     """sum_of_squares_beside_gemm's sums through a reducer written by a loop over the replicated A operand."""
+
+    stage = _staged_operands(bt, bh)
 
     @T.prim_func
     def main(X: T.Tensor((tokens, hidden), "bfloat16"), W: T.Tensor((32, hidden), "float32"),
@@ -76,14 +90,9 @@ def reducer_beside_gemm(tokens=64, hidden=512, bt=32, bh=256):
             T.clear(acc)
             T.reducer_init(sums)
             for k in T.Pipelined(hidden // bh, num_stages=2):
-                x_s = T.alloc_shared((bt, bh), "bfloat16")
                 w_s = T.alloc_shared((32, bh), T.tfloat32)
-                T.copy(X[bx * bt, k * bh], x_s)
-                T.copy(W[0, k * bh], w_s)
-                x_16 = T.alloc_fragment((bt, bh), "bfloat16")
-                T.copy(x_s, x_16)
                 x_f = T.alloc_fragment((bt, bh), T.tfloat32)
-                T.copy(x_16, x_f)
+                stage(X, W, bx, k, w_s, x_f)
                 for i, j in T.Parallel(bt, bh):
                     sums[i] += x_f[i, j] * x_f[i, j]
                 T.gemm(x_f, w_s, acc, transpose_B=True)
@@ -101,6 +110,7 @@ def test_replicated_loop_adds_into_one_reducer_replica():
     add = body.index("sums_ptr[(par_l")
     # the loop's second copy (the other warp of each pair) leaves its reducer replica at the identity
     assert "((((int)threadIdx.x) & 63) >> 5) == 0)" in body[body.rindex("if (", 0, add):add], body
+
 
 def test_replicated_partials_are_not_combined_across_warps():
     src = tilex.compile(sum_of_squares_beside_gemm(), target="sm_90a").get_kernel_source()

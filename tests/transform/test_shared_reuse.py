@@ -270,22 +270,11 @@ def test_report_names_workspaces_tilex_added():
 
 # ---- GPU: values ----------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
-def test_phases_values():
+@pytest.mark.parametrize("program", [two_phases, phases_through_a_view])
+def test_phases_values(program):
     import torch
 
-    kernel = tilex.compile(two_phases(), out_idx=[1, 3])
-    a = torch.randn(128, 256, device="cuda")
-    c = torch.randn(128, 256, device="cuda")
-    b, d = kernel(a, c)
-    torch.testing.assert_close(b, a.flip(0))
-    torch.testing.assert_close(d, 2 * c.flip(0))
-
-
-@pytest.mark.gpu
-def test_views_values():
-    import torch
-
-    kernel = tilex.compile(phases_through_a_view(), out_idx=[1, 3])
+    kernel = tilex.compile(program(), out_idx=[1, 3])
     a = torch.randn(128, 256, device="cuda")
     c = torch.randn(128, 256, device="cuda")
     b, d = kernel(a, c)

@@ -7,8 +7,8 @@ source's own replicas), so every such thread ends with the full result. Lowering
 it holds into per-row partials (registers), then partials are combined across the threads that held the reduced
 dimension - xor shuffles for digit fields inside a warp, a shared-memory workspace for fields across warps. A
 replicated source (a GEMM operand held by warps side by side) is never combined across its replicas: they hold
-copies of the same elements, and each computes the result on its own. A shared-memory source is reduced by a coalesced set of threads,
-each owning whole output elements.
+copies of the same elements, and each computes the result on its own. A shared-memory source is reduced by a
+coalesced set of threads, each owning whole output elements.
 
 Either operand may be a shared tile (as in TileLang, which stages such operands through fragments): a
 fragment's reduction into a shared destination runs as above in registers laid out as the projection, and one

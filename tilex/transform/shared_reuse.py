@@ -84,6 +84,19 @@ class TileReuse:
         return func.with_attr(SHARED_PLACEMENT_ATTR, {t: tirx.const(o, "int64") for t, o in self.offsets.items()})
 
 
+def _tiles_in(node, tiles, bases) -> set:
+    """The tiles `node` refers to, through themselves or a view of them (`bases`: {view: tile})."""
+    found = set()
+
+    def on_var(v):
+        t = bases.get(v, v)
+        if t in tiles:
+            found.add(t)
+
+    walk(node, (tvm.ir.Var, on_var))
+    return found
+
+
 # ---- lifetimes ------------------------------------------------------------------------------------------------------
 class _Timeline:
     """Numbers a kernel's statements in program order (module docstring, Lifetimes) and records, per tile, the
@@ -162,15 +175,7 @@ class _Timeline:
         return tirx.IfThenElse(s.condition, s.then_case, body, span=s.span)
 
     def _touched(self, stmt) -> set:
-        found = set()
-
-        def on_var(v):
-            t = self.bases.get(v, v)
-            if t in self.tiles:
-                found.add(t)
-
-        walk(stmt, (tvm.ir.Var, on_var))
-        return found
+        return _tiles_in(stmt, self.tiles, self.bases)
 
     def _leaf(self, s, number):
         def on_alloc(node):
@@ -247,11 +252,6 @@ def _async_accesses(body, tiles, bases) -> dict:
     (through itself or a view of it: `bases`, {view: tile})."""
     kinds = {}
 
-    def on_var(v, kind):
-        t = bases.get(v, v)
-        if t in tiles:
-            kinds.setdefault(t, set()).add(kind)
-
     def on_call(call):
         name = intrin.name_of(call)
         if not name:
@@ -266,7 +266,8 @@ def _async_accesses(body, tiles, bases) -> dict:
             kind = "bulk_store"
         else:
             return
-        walk(call, (tvm.ir.Var, lambda v: on_var(v, kind)))
+        for t in _tiles_in(call, tiles, bases):
+            kinds.setdefault(t, set()).add(kind)
 
     walk(body, (tvm.ir.Call, on_call))
     return kinds
@@ -319,15 +320,7 @@ def _pinned(body, tiles, bases) -> set:
     moved = _retarget(body, stand_ins, {t: 0 for t in moving})
     moved = map_nodes(moved, [(tirx.AllocBuffer, lambda n: tirx.Evaluate(0) if n.buffer in tiles else n),
                               (tirx.DeclBuffer, lambda n: tirx.Evaluate(0) if n.buffer in bases else n)])
-    left = set()
-
-    def on_var(v):
-        t = bases.get(v, v)
-        if t in tiles:
-            left.add(t)
-
-    walk(moved, (tvm.ir.Var, on_var))
-    return left
+    return _tiles_in(moved, tiles, bases)
 
 
 def _view_bases(body, tiles):

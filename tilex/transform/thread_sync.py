@@ -535,11 +535,16 @@ def _expose_shared_atomics(body):
     return map_nodes(body, (tvm.ir.Call, on_call), order="post")
 
 
+def _exposed_atomic(call) -> bool:
+    """Whether `call` is an atomic helper :func:`_expose_shared_atomics` gave an access pointer."""
+    return intrin.is_atomic(call) and is_op_call(call.args[1], "tirx.tvm_access_ptr")
+
+
 def _hide_shared_atomics(body):
     """The inverse of :func:`_expose_shared_atomics` after planning: each atomic helper takes ``&s[i]`` again."""
 
     def on_call(call):
-        if not intrin.is_atomic(call) or not is_op_call(call.args[1], "tirx.tvm_access_ptr"):
+        if not _exposed_atomic(call):
             return call
         _, data, offset, _, _ = call.args[1].args
         (buf,) = _buffer_vars(data)
@@ -554,13 +559,18 @@ def _hide_atomic_statements(body, hidden):
     """`body` with each outermost statement that touches shared memory only through atomic helpers (exposed by
     :func:`_expose_shared_atomics`) replaced by one statement reading and writing those tiles as a whole: atomics
     need no barrier between one another, only against the plain accesses before and after them (TVM's planner,
-    seeing each atomic as a read and a write, would put one between consecutive atomics of a loop)."""
+    seeing each atomic as a read and a write, would put one between consecutive atomics of a loop). A kernel
+    without such atomics is returned as it is, unvisited."""
+    exposed = []
+    walk(body, (tvm.ir.Call, lambda c: exposed.append(c) if _exposed_atomic(c) else None))
+    if not exposed:
+        return body
 
     def atomic_only(stmt) -> bool:
         atomics = []
 
         def on_call(c):
-            if intrin.is_atomic(c) and is_op_call(c.args[1], "tirx.tvm_access_ptr"):
+            if _exposed_atomic(c):
                 atomics.append(c)
                 return tirx.call_extern(c.dtype, intrin.name_of(c), *c.args[2:])  # its values may read shared
             return c
