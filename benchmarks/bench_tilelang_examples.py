@@ -12,7 +12,7 @@ the example itself uses:
   256 threads, as its main() runs it), fp16, against tilex's library forward (`attention_forward`, best of its tuning
   candidates) and torch SDPA.
 Ratios: example time / tilex library time (1.00 = the example program is as fast as tilex's kernel) and reference
-time / example time.
+time / example time. All programs of a row are timed in turn, three rounds, the fastest round of each (interleaved).
 """
 import argparse
 import importlib.util
@@ -38,8 +38,22 @@ import tilex  # noqa: E402
 LIBRARY_CONFIGS = [(128, 256, 64, 4, 256, 0), (128, 256, 64, 4, 256, 16), (128, 256, 64, 3, 256, 16, 1, 1)]
 
 
+ROUNDS = 3
+
+
 def bench(fn):
     return do_bench(fn, warmup=25, rep=100)
+
+
+def interleaved(fns):
+    """The time of each of `fns`, timed in turn for ROUNDS rounds, the fastest round of each: every program meets the
+    same clock and power state (the GPU's clock drifts over a run; timing one program after another favours some)."""
+    best = [None] * len(fns)
+    for _ in range(ROUNDS):
+        for i, fn in enumerate(fns):
+            t = bench(fn)
+            best[i] = t if best[i] is None else min(best[i], t)
+    return best
 
 
 def row(*cells):
@@ -55,19 +69,17 @@ def load_example(checkout, rel):
     return mod
 
 
-def library_gemm(m, n, k, a, b):
-    """(ms, config) of the fastest library configuration."""
-    best = None
+def library_gemms(m, n, k, a, b):
+    """{config: kernel} of the library configurations, each checked."""
+    kernels = {}
     for cfg in LIBRARY_CONFIGS:
         bm, bn, bk, stages, threads, panel = cfg[:6]
         stage_c = len(cfg) > 7 and cfg[7]
         kern = tilex.compile(matmul(m, n, k, bm, bn, bk, stages, threads, dtype="float16", swizzle=panel,
                                     stage_c=bool(stage_c)), out_idx=[2])
         torch.testing.assert_close(kern(a, b), a @ b, atol=1e-1, rtol=1e-2)
-        t = bench(lambda: kern(a, b))
-        if best is None or t < best[0]:
-            best = (t, cfg)
-    return best
+        kernels[cfg] = kern
+    return kernels
 
 
 def gemm_table(checkout, shapes):
@@ -80,11 +92,12 @@ def gemm_table(checkout, shapes):
         b = torch.randn(k, n, device="cuda", dtype=torch.float16)
         kern = mod.matmul.compile(M=m, N=n, K=k, block_M=128, block_N=128, block_K=32)
         torch.testing.assert_close(kern(a, b), a @ b, atol=1e-1, rtol=1e-2)
-        t_ref = bench(lambda: a @ b)
-        t_ex = bench(lambda: kern(a, b))
         same = tilex.compile(matmul(m, n, k, 128, 128, 32, 3, 128, dtype="float16"), out_idx=[2])
-        t_same = bench(lambda: same(a, b))
-        t_lib, cfg = library_gemm(m, n, k, a, b)
+        library = library_gemms(m, n, k, a, b)
+        times = interleaved([lambda: a @ b, lambda: kern(a, b), lambda: same(a, b)]
+                            + [lambda lk=lk: lk(a, b) for lk in library.values()])
+        t_ref, t_ex, t_same = times[:3]
+        t_lib, cfg = min(zip(times[3:], library))
         row(f"{m}x{n}x{k}", f"{t_ref:.3f}", f"{t_ex:.3f}", f"{t_same:.3f}", f"{t_lib:.3f}", f"{t_ex / t_same:.3f}",
             f"{t_ex / t_lib:.3f}", f"{t_ref / t_ex:.3f}", cfg)
 
@@ -100,17 +113,19 @@ def attention_table(checkout, shapes):
             ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             kern = mod.flashattn(b, h, s, s, d, causal, block_M=128, block_N=128, num_stages=2, threads=256)
             torch.testing.assert_close(kern(q, k, v), ref, atol=1e-2, rtol=1e-2)
-            t_ref = bench(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))
-            t_ex = bench(lambda: kern(q, k, v))
-            t_lib = None
+            configs = []
             for cfg in TUNE_CANDIDATES[d]:
                 try:
                     attention_forward(q, k, v, causal=causal, config=cfg)
                 except Exception as e:  # a configuration that does not fit is skipped, and said
                     print(f"  {cfg}: {type(e).__name__}: {str(e)[:120]}", file=sys.stderr)
                     continue
-                t = bench(lambda: attention_forward(q, k, v, causal=causal, config=cfg))
-                t_lib = t if t_lib is None else min(t_lib, t)
+                configs.append(cfg)
+            times = interleaved([lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                                 lambda: kern(q, k, v)]
+                                + [lambda c=c: attention_forward(q, k, v, causal=causal, config=c) for c in configs])
+            t_ref, t_ex = times[:2]
+            t_lib = min(times[2:])
             row(f"B{b} H{h} S{s} D{d}", causal, f"{t_ref:.3f}", f"{t_ex:.3f}", f"{t_lib:.3f}",
                 f"{t_ex / t_lib:.3f}", f"{t_ref / t_ex:.3f}")
 

@@ -63,3 +63,41 @@ def test_cpu_mode_comparisons_check_nothing():
                "tilex.testing.torch_assert_close(torch.ones(2), torch.zeros(2))\n"
                "print('went on')" % TOOLS)
     assert out.split() == ["went", "on"]
+
+
+def test_cpu_mode_kernel_fills_outputs_and_zeroed_arguments_with_ones(tmp_path):
+    script = tmp_path / "program.py"  # TVMScript reads the program's source from its file
+    script.write_text("import sys; sys.path.insert(0, %r)\n"
+               "import tilelang_examples as te, torch, tilex\n"
+               "import tilex.language as T\n"
+               "te._cpu_torch(); te._cpu_kernels()\n"
+               "@T.prim_func\n"
+               "def copy(A: T.Tensor((64,), 'float32'), B: T.Tensor((64,), 'float32'),"
+               " C: T.Tensor((64,), 'float32')):\n"
+               "    with T.Kernel(1, threads=64) as bx:\n"
+               "        for i in T.Parallel(64):\n"
+               "            B[i] = A[i]\n"
+               "            C[i] = A[i]\n"
+               "k = tilex.compile(copy, out_idx=[2], target='sm_90a')\n"
+               "a = torch.full((64,), 3.0); b = torch.zeros(64)\n"
+               "c = k(a, b)\n"
+               "print(float(a.sum()), float(b.sum()), float(c.sum()))\n" % TOOLS)
+    out = _run(f"import runpy; runpy.run_path({str(script)!r})")
+    # the input keeps its values; the zeroed argument the kernel would write and the returned output are ones
+    assert out.split() == ["192.0", "64.0", "64.0"]
+
+
+def test_json_results_are_rewritten_whole_and_order_the_next_run(tmp_path):
+    sys.path.insert(0, TOOLS)
+    try:
+        import tilelang_examples as te
+    finally:
+        sys.path.remove(TOOLS)
+    path = str(tmp_path / "run.json")
+    te._write_json(path, {"a.py": {"status": "OK", "seconds": 2.0}, "b.py": {"status": "OK", "seconds": 90.0}})
+    assert os.listdir(tmp_path) == ["run.json"]  # no temporary file left beside it
+    examples = [{"name": n} for n in ("a.py", "c.py", "b.py")]
+    assert [e["name"] for e in te._longest_first(examples, path)] == ["b.py", "a.py", "c.py"]
+    assert te._longest_first(examples, str(tmp_path / "absent.json")) == examples
+    (tmp_path / "bad.json").write_text("[1, 2")
+    assert te._longest_first(examples, str(tmp_path / "bad.json")) == examples

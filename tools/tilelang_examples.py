@@ -284,7 +284,9 @@ def _cpu_torch():
 
 
 def _cpu_kernels():
-    """tilex kernel calls return outputs filled with ones (integers: zeros) instead of launching (the kernel has compiled by then)."""
+    """tilex kernel calls return outputs filled with ones (integers: zeros) instead of launching (the kernel has compiled
+    by then). A floating-point tensor argument that is all zeros is taken for an output the caller allocated (the
+    kernel would write it) and filled with ones too: checks that divide by its norm go on to their comparison."""
     import torch
     from tilex.jit import kernel as kernel_mod
 
@@ -296,6 +298,10 @@ def _cpu_kernels():
         sizes = {}
         # bind symbolic sizes from the given tensors (by parameter position, outputs excluded)
         inputs = [s for s in checker.params if not s.is_output]
+        for value in given:
+            if isinstance(value, torch.Tensor) and value.is_floating_point() and value.numel() \
+                    and not bool(value.any()):
+                value.fill_(1)
         for spec, value in zip(inputs, given):
             if spec.kind == "buffer" and isinstance(value, torch.Tensor) and spec.shape:
                 for d, n in zip(spec.shape, value.shape):
@@ -482,8 +488,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=int, default=900)
     ap.add_argument("--only", action="append", default=[], help="run the examples whose path contains this")
     ap.add_argument("--list", action="store_true", help="list the examples and how each runs; run nothing")
-    ap.add_argument("--json", help="write every result to this file (with the lines each example printed about its "
-                    "speed: \"timings\")")
+    ap.add_argument("--json", help="write every result to this file, rewritten after each example (with the lines each "
+                    "example printed about its speed: \"timings\")")
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--cpu", action="store_true", help="compile only (no GPU): kernel calls return zeros")
     mode.add_argument("--gpu", action="store_true")
@@ -514,6 +520,7 @@ def main(argv=None):
             print(f"{e['name']:70s} {e['how']} {e['args']} {e['kwargs']}")
         print(f"{len(examples)} examples")
         return 0
+    examples = _longest_first(examples, args.json)
     print(f"# {len(examples)} TileLang examples, {'compile only (no GPU)' if cpu else 'on the GPU'}, "
           f"{args.jobs} at a time", flush=True)
     results = {}
@@ -525,16 +532,34 @@ def main(argv=None):
             r = fut.result()
             results[e["name"]] = r
             print(f"{r['status']:9s} {e['name']:64s} {r['seconds']:7.1f}s  {r['reason']}", flush=True)
+            if args.json:  # after every example: a run cut short keeps what it measured
+                _write_json(args.json, results)
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
     good = counts.get("COMPILED", 0) + counts.get("OK", 0)
     print("# " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; {good} of {len(results)} "
           f"{'compiled' if cpu else 'passed'}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1, sort_keys=True)
     return 0
+
+
+def _longest_first(examples, previous):
+    """`examples` with those that took longest in the run `previous` (a --json file, if it exists) first, so that a
+    long one does not start last and hold the run up alone; the others keep their order."""
+    try:
+        with open(previous) as f:
+            seconds = {name: float(r.get("seconds", 0)) for name, r in json.load(f).items()}
+    except (TypeError, OSError, ValueError, AttributeError):
+        return examples
+    return sorted(examples, key=lambda e: -seconds.get(e["name"], 0.0))
+
+
+def _write_json(path, results):
+    """Write `results` to `path` whole or not at all (a temporary file beside it, then renamed over it)."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(results, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
