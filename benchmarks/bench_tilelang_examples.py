@@ -12,7 +12,7 @@ the example itself uses:
   256 threads, as its main() runs it), fp16, against tilex's library forward (`attention_forward`, best of its tuning
   candidates) and torch SDPA.
 Ratios: example time / tilex library time (1.00 = the example program is as fast as tilex's kernel) and reference
-time / example time. All programs of a row are timed in turn, three rounds, the fastest round of each (interleaved).
+time / example time. All programs of a row are timed in turn, in rotating order, the fastest round of each (`interleaved`).
 """
 import argparse
 import importlib.util
@@ -46,12 +46,14 @@ def bench(fn):
 
 
 def interleaved(fns):
-    """The time of each of `fns`, timed in turn for ROUNDS rounds, the fastest round of each: every program meets the
-    same clock and power state (the GPU's clock drifts over a run; timing one program after another favours some)."""
+    """The time of each of `fns`, timed in turn over several rounds, the fastest round of each. Each round starts one
+    program later, so that every program follows every other once: a program timed right after a power-hungry one
+    (cuBLAS at 8192^3) meets a lowered clock, and timing in one fixed order favours some."""
     best = [None] * len(fns)
-    for _ in range(ROUNDS):
-        for i, fn in enumerate(fns):
-            t = bench(fn)
+    for r in range(max(ROUNDS, len(fns))):
+        for j in range(len(fns)):
+            i = (r + j) % len(fns)
+            t = bench(fns[i])
             best[i] = t if best[i] is None else min(best[i], t)
     return best
 

@@ -101,3 +101,44 @@ def test_json_results_are_rewritten_whole_and_order_the_next_run(tmp_path):
     assert te._longest_first(examples, str(tmp_path / "absent.json")) == examples
     (tmp_path / "bad.json").write_text("[1, 2")
     assert te._longest_first(examples, str(tmp_path / "bad.json")) == examples
+
+
+def test_timers_of_examples_side_by_side_hold_the_timing_lock(tmp_path):
+    lock = tmp_path / "timing.lock"
+    lock.write_text("")
+    out = _run("import sys, os, fcntl; sys.path.insert(0, %r)\n"
+               "import tilelang_examples as te\n"
+               "from tilex.jit import bench\n"
+               "other = os.open(%r, os.O_RDWR)\n"
+               "def held():\n"
+               "    try:\n"
+               "        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+               "    except BlockingIOError:\n"
+               "        return True\n"
+               "    fcntl.flock(other, fcntl.LOCK_UN)\n"
+               "    return False\n"
+               "seen = []\n"
+               "def core(fn, *a, **k):\n"
+               "    seen.append(held())\n"
+               "    return bench_inner(fn) if fn else 1.0\n"
+               "def bench_inner(fn):\n"
+               "    return fn()\n"
+               "bench.do_bench = core\n"
+               "te._serialized_timing(%r)\n"
+               "from tilex.profiler import do_bench\n"
+               "nested = lambda: bench.do_bench(None)\n"  # a timer inside a timer keeps the lock it holds
+               "print(do_bench(nested), seen, held())" % (TOOLS, str(lock), str(lock)))
+    assert out.split() == ["1.0", "[True,", "True]", "False"]
+
+
+def test_failures_that_others_may_cause_are_run_again_alone():
+    sys.path.insert(0, TOOLS)
+    try:
+        import tilelang_examples as te
+    finally:
+        sys.path.remove(TOOLS)
+    assert te._crowded_out({"status": "ERROR", "reason": "OutOfMemoryError: CUDA out of memory. Tried to allocate"})
+    assert te._crowded_out({"status": "ERROR", "reason": "timed out after 300 s"})
+    assert te._crowded_out({"status": "ERROR", "reason": "process died (exit -9): ..."})
+    assert not te._crowded_out({"status": "ERROR", "reason": "TypeError: do_bench() got an unexpected keyword"})
+    assert not te._crowded_out({"status": "FAIL", "reason": "out of memory"})

@@ -24,6 +24,11 @@ and compiles every kernel it builds; the line says COMPILED when it ran to its e
 AssertionError on stand-ins is expected), ERROR when anything before that failed.
 REFUSED marks an example stopped by something tilex says it does not do (NotImplementedError) and MISSING one
 that needs a Python package the machine lacks. The last lines are the counts.
+
+Side by side (``--jobs`` > 1): on the GPU, the examples' timers take turns (a lock in a private temporary folder:
+one example times while the others compile and check), so the times they print are not taken on a GPU another
+example is loading; ``--json`` keeps those lines per example ("timings"). An example that ran out of memory, was
+killed or ran out of time beside the others is run again alone after them (its line then says "alone:").
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -341,6 +347,60 @@ def _cpu_timing():
             module.do_bench = stand_in
 
 
+#: the environment variable naming the lock file that makes examples run side by side time one at a time
+GPU_LOCK_ENV = "TILEX_EXAMPLES_TIMING_LOCK"
+
+
+def _serialized_timing(lock_path):
+    """Timers hold an exclusive lock on `lock_path` while they time (tilex's core ``do_bench``, which
+    ``tilelang.profiler.do_bench``, the kernel profiler and the autotuner use, and Triton's ``do_bench`` /
+    ``do_bench_cudagraph``): examples run side by side compile and check in parallel, but only one times at a
+    time, so their own ratios (and their autotuners' choices) are not measured on a GPU another example is
+    loading. A nested timer keeps the lock it holds; the lock goes with the process that holds it."""
+    import fcntl
+    import functools
+    import threading
+
+    from tilex import autotuner
+    from tilex.autotuner import bench as abench
+    from tilex.jit import bench as jbench
+    from tilex.jit import profiler as jprofiler
+
+    fd = os.open(lock_path, os.O_RDWR)
+    state = threading.local()
+    guard = threading.Lock()  # one thread of this process at a time takes the file lock
+
+    def locked(timer):
+        @functools.wraps(timer)
+        def timed(*args, **kwargs):
+            depth = getattr(state, "depth", 0)
+            if depth == 0:
+                guard.acquire()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            state.depth = depth + 1
+            try:
+                return timer(*args, **kwargs)
+            finally:
+                state.depth = depth
+                if depth == 0:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    guard.release()
+        return timed
+
+    core = jbench.do_bench
+    timed_core = locked(core)
+    for module in (jbench, jprofiler, abench, autotuner):
+        if getattr(module, "do_bench", None) is core:
+            module.do_bench = timed_core
+    try:
+        import triton.testing as triton_testing
+    except ImportError:
+        return
+    for name in ("do_bench", "do_bench_cudagraph"):
+        if hasattr(triton_testing, name):
+            setattr(triton_testing, name, locked(getattr(triton_testing, name)))
+
+
 def _cpu_checks():
     """torch's and tilex's comparison helpers (torch.testing.assert_close, tilex.testing.torch_assert_close, the
     kernel profiler's assert_allclose / manual_assert_close) check nothing: stand-in outputs cannot match, and
@@ -416,6 +476,8 @@ def run_one(example, cpu):
         _cpu_autotune()
         _cpu_timing()
         _cpu_checks()
+    elif os.environ.get(GPU_LOCK_ENV):
+        _serialized_timing(os.environ[GPU_LOCK_ENV])
     os.chdir(example["folder"])
     sys.path.insert(0, example["folder"])
     sys.argv = [example["path"]]
@@ -452,9 +514,9 @@ def _cuda_home():
     return None
 
 
-def _spawn(example, cpu, timeout, workers):
+def _spawn(example, cpu, timeout, workers, extra_env=None):
     cmd = [sys.executable, os.path.abspath(__file__), "--run-one", json.dumps(example)] + (["--cpu"] if cpu else [])
-    env = dict(os.environ)
+    env = dict(os.environ, **(extra_env or {}))
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([repo, ALIAS_PATH, env.get("PYTHONPATH", "")])
     # examples run side by side: each autotuner compiles with its share of the CPUs unless the caller said otherwise
@@ -524,16 +586,32 @@ def main(argv=None):
     print(f"# {len(examples)} TileLang examples, {'compile only (no GPU)' if cpu else 'on the GPU'}, "
           f"{args.jobs} at a time", flush=True)
     results = {}
-    with cf.ThreadPoolExecutor(args.jobs) as pool:
-        workers = max(4, 2 * (os.cpu_count() or 2) // args.jobs)
-        futures = {pool.submit(_spawn, e, cpu, args.timeout, workers): e for e in examples}
-        for fut in cf.as_completed(futures):
-            e = futures[fut]
-            r = fut.result()
-            results[e["name"]] = r
-            print(f"{r['status']:9s} {e['name']:64s} {r['seconds']:7.1f}s  {r['reason']}", flush=True)
-            if args.json:  # after every example: a run cut short keeps what it measured
-                _write_json(args.json, results)
+
+    def report(e, r):
+        results[e["name"]] = r
+        print(f"{r['status']:9s} {e['name']:64s} {r['seconds']:7.1f}s  {r['reason']}", flush=True)
+        if args.json:  # after every example: a run cut short keeps what it measured
+            _write_json(args.json, results)
+
+    with tempfile.TemporaryDirectory(prefix="tilex-examples-") as private:  # mode 0700: this user's alone
+        extra_env = {}
+        if not cpu and args.jobs > 1:
+            lock = os.path.join(private, "timing.lock")
+            open(lock, "w").close()
+            extra_env[GPU_LOCK_ENV] = lock
+        with cf.ThreadPoolExecutor(args.jobs) as pool:
+            workers = max(4, 2 * (os.cpu_count() or 2) // args.jobs)
+            futures = {pool.submit(_spawn, e, cpu, args.timeout, workers, extra_env): e for e in examples}
+            for fut in cf.as_completed(futures):
+                report(futures[fut], fut.result())
+        again = [e for e in examples if args.jobs > 1 and _crowded_out(results[e["name"]])]
+        if again:
+            print(f"# {len(again)} examples that ran out of GPU memory or time beside others, again one at a time",
+                  flush=True)
+        for e in again:
+            r = _spawn(e, cpu, args.timeout, max(4, os.cpu_count() or 2))
+            r["reason"] = f"alone: {r['reason']}"
+            report(e, r)
     counts = {}
     for r in results.values():
         counts[r["status"]] = counts.get(r["status"], 0) + 1
@@ -541,6 +619,14 @@ def main(argv=None):
     print("# " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; {good} of {len(results)} "
           f"{'compiled' if cpu else 'passed'}")
     return 0
+
+
+def _crowded_out(result):
+    """Whether an example's failure may come from the examples beside it: out of GPU memory, killed (SIGKILL: the
+    system out of memory), or its time ran out."""
+    reason = result.get("reason", "")
+    return result.get("status") == "ERROR" and ("out of memory" in reason or reason.startswith("timed out")
+                                                or "(exit -9)" in reason)
 
 
 def _longest_first(examples, previous):
