@@ -4,6 +4,8 @@
       -> HoistGlobalBuffers        T.alloc_global workspaces out of the kernels: the host allocates them per call
       (several T.Kernel blocks in one program: the passes below run once per kernel, transform/several_kernels.py)
       -> canonicalize              frontend markers -> parallel loops (language/canonicalize.py; also at parse time)
+      -> GridFromPersistent        a T.Persistent loop of independent tiles -> the grid it walks (tilex's schedule,
+                                   its own persistent grid included, then applies)
       -> ResolveReducers           T.alloc_reducer operations into their updates, inits and finalizes
       -> InitBarriers              T.alloc_barrier's mbarriers initialized once when the block starts
       -> MarkThreadRegions         branches on the thread index with tile operators -> thread regions (as T.ws);
@@ -52,6 +54,7 @@ from tilex.ir.visit import walk
 from tilex.language.canonicalize import canonicalize
 from tilex.op.base import LayoutConflictError, TileOpError
 from tilex.transform import fast_math  # noqa: F401  (registers the float32 exp2 / exp lowering rules)
+from tilex.transform.grid_from_persistent import grid_from_persistent
 from tilex.transform.guard_global_access import guard_global_access
 from tilex.transform.hoist_global_buffers import hoist_global_buffers
 from tilex.transform.scalar_bool_vectors import scalar_bool_vectors
@@ -110,6 +113,7 @@ def is_user_error(exc: BaseException) -> bool:
 
 def _tile_passes(func, target):
     func = canonicalize(func)
+    func = grid_from_persistent(func)
     func = resolve_reducers(func)
     func = init_barriers(func)
     func = mark_thread_regions(func)

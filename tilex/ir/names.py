@@ -15,6 +15,9 @@ PARALLEL_MARKER = "tilex.parallel_marker"
 #: op ``tilex.persistent_marker(n, wave_size, index, group_size)`` before an n-deep grid over a tile domain
 #: (T.Persistent): language.loop writes, language.canonicalize reads and turns the grid into the persistent loop.
 PERSISTENT_MARKER = "tilex.persistent_marker"
+#: loop annotation ``[wave_size, index, *domain]`` of T.Persistent's loop over waves: language.canonicalize writes it,
+#: transform.grid_from_persistent reads and removes it.
+PERSISTENT_TILES = "tilex.persistent_tiles"
 #: loop annotation, the stage count of a T.Pipelined loop: language.loop writes, transform.pipeline reads.
 NUM_STAGES = "tilex.num_stages"
 #: loop annotations of an explicit schedule (lists): language.loop writes, transform.pipeline reads.

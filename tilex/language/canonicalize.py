@@ -6,7 +6,8 @@ followed by an n-deep serial grid, and each ``T.Persistent`` a ``tilex.persisten
 group_size)`` statement followed by the n-deep grid over its tile domain.  Produces: the same function with the
 parallel grids' loops as ForKind.PARALLEL, each persistent grid replaced by its persistent loop (a serial loop over
 the waves binding the tile coordinates of ``w * wave_size + index``, the body guarded to tiles in the domain), the
-markers removed, a ``T.thread_binding`` loop over a thread index the enclosing ``T.Kernel`` already launched
+markers removed (a persistent loop is annotated ``tilex.persistent_tiles``: transform.grid_from_persistent), a
+``T.thread_binding`` loop over a thread index the enclosing ``T.Kernel`` already launched
 with the same range (``kr = T.thread_binding(0, 32, thread="threadIdx.x")`` in a 32-wide block, as TileLang's
 programs name the thread index) replaced by its body on the launched index, and tile extents written through
 scalars (``H0:H1`` with ``H1 = H0 + 64``) folded to their constants (`scalar_extents.py`).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import tvm
 from tvm import tirx
 
-from tilex.ir.names import PARALLEL_MARKER, PERSISTENT_MARKER
+from tilex.ir.names import PARALLEL_MARKER, PERSISTENT_MARKER, PERSISTENT_TILES
 from tilex.ir.visit import is_op_call, map_nodes, mutate, substitute
 from tilex.language.scalar_extents import fold_scalar_extents
 
@@ -79,8 +80,10 @@ def _make_persistent(loop, depth, wave_size, index, group_size):
     values = coords[1:-1] + [coords[0] * group + coords[-1]]
     binds = [tirx.Bind(lp.loop_var, value) for lp, value in zip(loops, values)]
     guarded = tirx.IfThenElse(loops[-1].loop_var < last, body, None)
+    annotations = dict(loop.annotations)
+    annotations[PERSISTENT_TILES] = [wave_size, index, *domain]  # transform.grid_from_persistent reads it
     return tirx.For(w, tirx.const(0, dtype), waves, tirx.ForKind.SERIAL, tirx.SeqStmt([*binds, guarded]), None,
-                    loop.annotations, span=loop.span)
+                    annotations, span=loop.span)
 
 
 def _on_seq(seq, mutator):
