@@ -69,12 +69,53 @@ def test_fragment_into_shared_is_stored_by_one_replica(dim, clear):
     assert "red_st_l" in src and "== ((int)threadIdx.x)" in src
 
 
-@pytest.mark.parametrize("dim", [0, 1])
 @pytest.mark.parametrize("clear", [True, False])
-def test_shared_into_shared_is_computed_per_output_element(dim, clear):
-    src = _source(reduce_to_shared("max", dim, "shared", clear))
+def test_shared_into_shared_with_threads_to_spare_is_reduced_by_lane_groups(clear):
+    # 32 rows of 64 over 128 threads: 4 lanes a row, each folding every 4th element, then two xor shuffles; the
+    # group's first lane stores (clear=False: combines with what is there)
+    src = _source(reduce_to_shared("max", 1, "shared", clear))
+    assert "red_part" in src and "tilex::shfl_xor(red_part_ptr[0], 2)" in src
+    assert "tilex::shfl_xor(red_part_ptr[0], 1)" in src and "shfl_xor(red_part_ptr[0], 4)" not in src
+    assert "red_val" not in src
+
+
+@pytest.mark.parametrize("clear", [True, False])
+def test_shared_into_shared_without_threads_to_spare_is_computed_per_output_element(clear):
+    src = _source(reduce_to_shared("max", 0, "shared", clear))  # 64 columns over 128 threads: 2 a column
     assert "red_val" in src and "max(" in src
     assert "shfl" not in src  # every output element is one thread's
+
+
+def reduce_shared_to_fragment(rows=4, cols=128, threads=128, clear=True):
+    """O = sum(X, dim=1) with X staged in shared memory and the sums in a fragment (clear=False: added to 1.0)."""
+
+    @T.prim_func
+    def main(X: T.Tensor((rows, cols), "float32"), O: T.Tensor((rows,), "float32")):
+        with T.Kernel(1, threads=threads) as bx:
+            x = T.alloc_shared((rows, cols), "float32")
+            o = T.alloc_fragment((rows,), "float32")
+            T.copy(X, x)
+            if clear:
+                T.reduce_sum(x, o, dim=1)
+            else:
+                T.fill(o, 1.0)
+                T.reduce_sum(x, o, dim=1, clear=False)
+            T.copy(o, O)
+
+    return main
+
+
+def test_shared_into_fragment_goes_through_a_workspace_to_the_holders():
+    # 4 rows of 128 over 128 threads: a warp a row (5 shuffles), the first lanes publish to a shared workspace
+    # between two barriers, the fragment's holders read it
+    src = _source(reduce_shared_to_fragment())
+    assert "tilex::shfl_xor(red_part_ptr[0], 16)" in src and "for (int rj = 0; rj < 4; ++rj)" in src
+    assert src.count("__syncthreads()") >= 2
+
+
+def test_a_short_row_is_not_worth_the_barriers():
+    src = _source(reduce_shared_to_fragment(rows=4, cols=8))
+    assert "shfl" not in src
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -141,3 +182,13 @@ def test_three_dimensional_fragment_into_shared_gpu(dim):
     k = tilex.compile(reduce_3d_to_shared(dim), out_idx=[1])
     x = torch.randn(16, 4, 4, device="cuda")
     torch.testing.assert_close(k(x), x.sum(dim) * 2, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows,cols", [(4, 128), (8, 100), (3, 64), (64, 16), (2, 1000)])
+@pytest.mark.parametrize("clear", [True, False])
+def test_shared_into_fragment_gpu(rows, cols, clear):
+    torch = pytest.importorskip("torch")
+    k = tilex.compile(reduce_shared_to_fragment(rows, cols, clear=clear), out_idx=[1])
+    x = torch.randn(rows, cols, device="cuda")
+    torch.testing.assert_close(k(x), x.sum(1) + (0.0 if clear else 1.0), atol=1e-3, rtol=1e-4)

@@ -7,8 +7,10 @@ source's own replicas), so every such thread ends with the full result. Lowering
 it holds into per-row partials (registers), then partials are combined across the threads that held the reduced
 dimension - xor shuffles for digit fields inside a warp, a shared-memory workspace for fields across warps. A
 replicated source (a GEMM operand held by warps side by side) is never combined across its replicas: they hold
-copies of the same elements, and each computes the result on its own. A shared-memory source is reduced by a
-coalesced set of threads, each owning whole output elements.
+copies of the same elements, and each computes the result on its own. A shared-memory source is reduced by groups
+of up to a warp's lanes per output element when the block has threads to spare (each lane folds a strided share of
+the row, xor shuffles combine the group, a shared workspace hands the result to the fragment's holders); otherwise
+by a coalesced set of threads, each owning whole output elements.
 
 Either operand may be a shared tile (as in TileLang, which stages such operands through fragments): a
 fragment's reduction into a shared destination runs as above in registers laid out as the projection, and one
@@ -294,8 +296,91 @@ class ReduceOp(TileOp):
 
         return emit_by_fragment(ctx, D, 1, make, name="red_st", bounds=self.d_shape)
 
+    def _cooperative_group(self, ctx) -> int:
+        """How many threads reduce each destination element of a shared source together (a power of two up to a
+        warp: the block's threads over the elements), or 0 when it does not pay (fewer than 4, rows shorter than 16)
+        or the block is not whole warps."""
+        try:
+            rows = int(np.prod([int(e) for e in self.d_shape]))
+            length = int(self.s_shape[self.dim])
+        except (TypeError, ValueError):
+            return 0
+        if ctx.threads % 32 or length < 16:  # whole warps shuffle; a short row is not worth two barriers
+            return 0
+        group = min(32, ctx.threads // max(rows, 1), length)
+        group = 1 << (group.bit_length() - 1) if group > 0 else 0
+        return group if group >= 4 else 0
+
+    def _lower_cooperative(self, ctx, group):
+        """A shared source reduced by groups of `group` lanes: the block's threads take destination elements in
+        turn (``t // group``), each lane folds every `group`-th element of its row, xor shuffles combine the group,
+        and its first lane publishes the result -- into the shared destination, or through a shared workspace to
+        the threads that hold the element of the fragment destination (they then combine or store it)."""
+        sb, db = self.src.buffer, self.dst.buffer
+        dtype = str(db.dtype)
+        rows = int(np.prod([int(e) for e in self.d_shape]))
+        length = int(self.s_shape[self.dim])
+        t = ctx.thread_var
+        row = tirx.min(tirx.floordiv(t, group), rows - 1)  # threads past the last group compute a copy of it
+        lane = tirx.floormod(t, group)
+        ix, rest = [], row
+        for e in reversed([int(e) for e in self.d_shape]):
+            ix.insert(0, tirx.floormod(rest, e))
+            rest = tirx.floordiv(rest, e)
+        part = tirx.decl_buffer((1,), dtype, "red_part", scope="local")
+        j = tirx.Var("rj", "int32")
+        full = self._from_dst(ix)
+        full.insert(self.dim, lane + j * group)
+        v = ctx.load(sb, self.src.index(full))
+        if str(sb.dtype) != dtype:
+            v = tirx.Cast(dtype, v)
+        zero = tirx.const(0, "int32")
+        steps = (length + group - 1) // group
+        fold = tirx.BufferStore(part, combine(self.kind, tirx.BufferLoad(part, [zero]), self._value(v)), [zero])
+        if steps * group != length:
+            fold = tirx.IfThenElse(lane + j * group < length, fold, None)
+        stmts = [tirx.AllocBuffer(part), tirx.BufferStore(part, identity_value(self.kind, dtype), [zero]),
+                 tirx.For(j, 0, steps, tirx.ForKind.UNROLLED if steps <= 8 else tirx.ForKind.SERIAL, fold)]
+        off = group // 2
+        while off >= 1:
+            sh = intrin.shfl_xor(dtype, tirx.BufferLoad(part, [zero]), off)
+            stmts.append(tirx.BufferStore(part, combine(self.kind, tirx.BufferLoad(part, [zero]), sh), [zero]))
+            off //= 2
+        first = tirx.And(lane == 0, t < rows * group)
+        result = tirx.BufferLoad(part, [zero])
+        if not is_fragment(db):  # the first lane stores (combines with) the shared element itself
+            dst_ix = self._dst_index(ix)
+            value = result if self.clear else combine(self.kind, ctx.load(db, dst_ix), result)
+            stmts.append(tirx.IfThenElse(first, ctx.store(db, value, dst_ix), None))
+            return tirx.SeqStmt(stmts)
+        if rows * tvm.DataType(dtype).bits // 8 > MAX_WORKSPACE:
+            return None
+        ws = tirx.decl_buffer((rows,), dtype, "red_ws", scope="shared.dyn")
+        sync = storage_sync("shared")
+        # barriers: before writing (readers of the workspace in an earlier pass), between writing and reading
+        stmts = [tirx.AllocBuffer(ws), sync] + stmts + [tirx.IfThenElse(first, tirx.BufferStore(ws, result, [row]),
+                                                                          None), sync]
+        D = ctx.layout_map[db]
+        dst_loc = ctx.remap[db]
+
+        def owner(dix, _g, l_flat):
+            flat = zero
+            for i, e in zip(dix, self.d_shape):
+                flat = flat * int(e) + i
+            got = tirx.BufferLoad(ws, [flat])
+            value = got if self.clear else combine(self.kind, tirx.BufferLoad(dst_loc, [l_flat]), got)
+            return tirx.BufferStore(dst_loc, value, [l_flat])
+
+        stmts.append(emit_by_fragment(ctx, D, 1, owner, name="red", bounds=self.d_shape))
+        return tirx.SeqStmt(stmts)
+
     def _lower_from_shared(self, ctx):
         sb, db = self.src.buffer, self.dst.buffer
+        group = self._cooperative_group(ctx)
+        if group:
+            out = self._lower_cooperative(ctx, group)
+            if out is not None:
+                return out
         to_shared = not is_fragment(db)
         # a shared destination: each of a coalesced set of threads computes and stores whole elements
         D = coalesced_plan(self.d_shape, ctx.threads, 1) if to_shared else ctx.layout_map[db]
