@@ -13,7 +13,8 @@ Produces: tile-level IR in which each such loop is rewritten (its pipeline annot
 * an explicit schedule: :mod:`.explicit`;
 * none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
 
-Tiles allocated inside a pipelined loop's body are allocated before the loop first. The pipelined shared buffers
+Tiles allocated inside a pipelined loop's body are allocated before the loop first, and a per-iteration scalar the
+body computes at its top (``j = d + i_ts``) is read as its value (:mod:`.iteration_scalars`). The pipelined shared buffers
 are allocated once with the most stages any loop wants. If one of them is also used
 outside its pipelined loop, or has a T.view, the kernel keeps its original, serial loops. A program that
 synchronizes itself (`tilex.transform.hopper.ws_decision.manual_synchronization`: T.ws, its own mbarriers,
@@ -35,6 +36,7 @@ from tilex.transform.op_collect import collect_views
 from tilex.transform.pipeline import cp_async, explicit
 from tilex.transform.pipeline.analysis import strip_annotations, viewing
 from tilex.transform.pipeline.context import PipelineContext
+from tilex.transform.pipeline.iteration_scalars import inline_iteration_scalars
 from tilex.transform.pipeline.schedule import DerivedPlan, schedule
 
 
@@ -48,7 +50,7 @@ def _inject(func, target):
     if reason is not None:  # compiled as written: its T.Pipelined loops run serially
         body = mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
         return func.with_body(body).with_attr(MANUAL_SYNC_ATTR, reason)
-    func = func.with_body(_hoist_loop_allocations(func.body))
+    func = func.with_body(inline_iteration_scalars(_hoist_loop_allocations(func.body)))
     info = kernel_info(func)
     allocs = {}
 
