@@ -142,3 +142,18 @@ def test_failures_that_others_may_cause_are_run_again_alone():
     assert te._crowded_out({"status": "ERROR", "reason": "process died (exit -9): ..."})
     assert not te._crowded_out({"status": "ERROR", "reason": "TypeError: do_bench() got an unexpected keyword"})
     assert not te._crowded_out({"status": "FAIL", "reason": "out of memory"})
+
+
+def test_report_prints_the_timing_lines_of_passing_examples(tmp_path, capsys):
+    sys.path.insert(0, TOOLS)
+    try:
+        import tilelang_examples as te
+    finally:
+        sys.path.remove(TOOLS)
+    path = str(tmp_path / "run.json")
+    te._write_json(path, {"a.py": {"status": "OK", "timings": ["Ref: 0.5 ms", "Tile-lang: 0.25 ms"]},
+                          "b.py": {"status": "ERROR", "timings": ["latency: 3 ms"]},
+                          "c.py": {"status": "OK", "timings": []}})
+    assert te.main(["--report", path]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["a.py", "    Ref: 0.5 ms", "    Tile-lang: 0.25 ms", "# 1 examples printed timings"]

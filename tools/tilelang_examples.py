@@ -1,6 +1,8 @@
 """Run TileLang's own example programs under tilex, with only their imports changed.
 
     python tools/tilelang_examples.py <TileLang checkout> [--jobs N] [--timeout S] [--only SUBSTR] [--cpu|--gpu]
+        [--json FILE]
+    python tools/tilelang_examples.py --report FILE    # the timing lines each passing example printed
 
 `<TileLang checkout>` is a directory holding TileLang's ``examples/`` (fetch github tile-ai/tilelang when you
 measure; its examples are never copied into this repository). Every Hopper-applicable example program is run in
@@ -555,8 +557,13 @@ def main(argv=None):
     mode = ap.add_mutually_exclusive_group()
     mode.add_argument("--cpu", action="store_true", help="compile only (no GPU): kernel calls return zeros")
     mode.add_argument("--gpu", action="store_true")
+    ap.add_argument("--report", metavar="JSON", help="print the timing lines each example printed, from a --json "
+                    "file of an earlier run; run nothing")
     ap.add_argument("--run-one", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+
+    if args.report:
+        return report_timings(args.report)
 
     if args.run_one:
         result = run_one(json.loads(args.run_one), args.cpu)
@@ -618,6 +625,23 @@ def main(argv=None):
     good = counts.get("COMPILED", 0) + counts.get("OK", 0)
     print("# " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + f"; {good} of {len(results)} "
           f"{'compiled' if cpu else 'passed'}")
+    return 0
+
+
+def report_timings(path):
+    """Print, for each example of the --json file `path` whose check passed, the lines it printed about its speed."""
+    with open(path) as f:
+        results = json.load(f)
+    shown = 0
+    for name in sorted(results):
+        r = results[name]
+        if r.get("status") not in ("OK", "COMPILED") or not r.get("timings"):
+            continue
+        shown += 1
+        print(name)
+        for line in r["timings"]:
+            print(f"    {line}")
+    print(f"# {shown} examples printed timings")
     return 0
 
 
