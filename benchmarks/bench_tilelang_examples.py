@@ -8,6 +8,8 @@ the example itself uses:
 - GEMM: `examples/gemm/example_gemm.py`'s `matmul` (128x128x32 tiles, 3 stages, 128 threads), fp16, against the
   tilex's library program (`tilex.kernels.gemm.matmul`) in the same block configuration, the fastest of tilex's
   library configurations (LIBRARY_CONFIGS, from benchmarks/bench_gemm.py) and cuBLAS (torch.matmul).
+- persistent GEMM: `examples/gemm/example_gemm_persistent.py`'s T.Persistent program and its grid program, same tile,
+  against the library and cuBLAS;
 - FlashAttention forward: `examples/flash_attention/example_mha_fwd_bhsd.py`'s `flashattn` (128x128 blocks, 2 stages,
   256 threads, as its main() runs it), fp16, against tilex's library forward (`attention_forward`, best of its tuning
   candidates) and torch SDPA.
@@ -104,6 +106,30 @@ def gemm_table(checkout, shapes):
             f"{t_ex / t_lib:.3f}", f"{t_ref / t_ex:.3f}", cfg)
 
 
+def persistent_table(checkout, shapes):
+    """`examples/gemm/example_gemm_persistent.py`: its T.Persistent program and its grid program (128x256x64, 3
+    stages, 256 threads, as its main() runs them) against tilex's library GEMM and cuBLAS."""
+    mod = load_example(checkout, "gemm/example_gemm_persistent.py")
+    row("GEMM fp16 (example_gemm_persistent.py, 128x256x64)", "cuBLAS ms", "persistent ms", "grid ms",
+        "tilex library ms", "persistent / grid", "persistent / library", "cuBLAS / persistent")
+    row(*["---"] * 8)
+    tiles = dict(block_M=128, block_N=256, block_K=64, threads=256, num_stages=3)
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(k, n, device="cuda", dtype=torch.float16)
+        persistent = mod.matmul_persistent.compile(M=m, N=n, K=k, **tiles)
+        grid = mod.matmul_non_persistent.compile(M=m, N=n, K=k, **tiles)
+        for kern in (persistent, grid):
+            torch.testing.assert_close(kern(a, b), a @ b, atol=1e-1, rtol=1e-2)
+        library = library_gemms(m, n, k, a, b)
+        times = interleaved([lambda: a @ b, lambda: persistent(a, b), lambda: grid(a, b)]
+                            + [lambda lk=lk: lk(a, b) for lk in library.values()])
+        t_ref, t_pers, t_grid = times[:3]
+        t_lib = min(times[3:])
+        row(f"{m}x{n}x{k}", f"{t_ref:.3f}", f"{t_pers:.3f}", f"{t_grid:.3f}", f"{t_lib:.3f}", f"{t_pers / t_grid:.3f}",
+            f"{t_pers / t_lib:.3f}", f"{t_ref / t_pers:.3f}")
+
+
 def attention_table(checkout, shapes):
     mod = load_example(checkout, "flash_attention/example_mha_fwd_bhsd.py")
     row("FlashAttention fwd fp16 (example_mha_fwd_bhsd.py, 128x128, 2 stages, 256 threads)", "causal", "SDPA ms",
@@ -136,7 +162,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("checkout")
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="gemm,attention")
+    ap.add_argument("--only", default="gemm,persistent,attention")
     a = ap.parse_args()
     tilelang_examples.install_alias()
     print(f"# {torch.cuda.get_device_name()}")
@@ -144,6 +170,8 @@ def main():
     if "gemm" in parts:
         shapes = [(4096, 4096, 4096)] if a.quick else [(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192)]
         gemm_table(a.checkout, shapes)
+    if "persistent" in parts:
+        persistent_table(a.checkout, [(4096, 4096, 4096)] if a.quick else [(4096, 4096, 4096), (8192, 8192, 8192)])
     if "attention" in parts:
         shapes = [(8, 32, 4096, 128)] if a.quick else [(8, 32, 4096, 128), (1, 32, 16384, 128)]
         attention_table(a.checkout, shapes)
