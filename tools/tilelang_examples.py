@@ -19,8 +19,8 @@ What "an example" is and how it runs:
 
 On a GPU machine (``--gpu``, the default when torch sees a GPU) the example runs for real: OK when it returns,
 FAIL when its check raises AssertionError (a wrong answer), ERROR otherwise. On a machine without a GPU
-(``--cpu``) torch's CUDA tensors are made on the CPU, torch.cuda's streams and devices do nothing, tilex's timers
-call their function once and answer 1 ms, torch's and tilex's comparison helpers check nothing, and every tilex
+(``--cpu``) torch's CUDA tensors are made on the CPU, torch.cuda's streams and devices do nothing, tilex's and
+Triton's timers call their function once and answer 1 ms, Triton kernels (a reference's) launch nothing, torch's and tilex's comparison helpers check nothing, and every tilex
 kernel call returns stand-in outputs (floating-point ones, integer zeros) without launching, so the example goes on
 and compiles every kernel it builds; the line says COMPILED when it ran to its end or to its check (whose
 AssertionError on stand-ins is expected), ERROR when anything before that failed.
@@ -276,6 +276,8 @@ def _cpu_torch():
     cuda.Stream = _Stream
     cuda.stream = _Stream
     cuda.device = _Stream
+    if not hasattr(torch.cpu, "device"):  # FLA, falling back to the CPU, opens torch.<its device>.device(i)
+        torch.cpu.device = _Stream
     cuda.current_stream = lambda *a, **k: _Stream()
     cuda.default_stream = lambda *a, **k: _Stream()
     cuda.empty_cache = lambda: None
@@ -403,6 +405,29 @@ def _serialized_timing(lock_path):
             setattr(triton_testing, name, locked(getattr(triton_testing, name)))
 
 
+def _cpu_triton():
+    """Triton kernels (an example's reference: FLA's, its own) launch nothing and Triton's timers call their function
+    once and answer 1 ms: without a GPU they cannot run, and the tilex kernels the example builds after them would
+    go uncompiled. Without Triton installed, nothing to do."""
+    try:
+        import triton.runtime.jit as triton_jit
+        import triton.testing as triton_testing
+    except ImportError:
+        return
+
+    def no_launch(self, grid):
+        return lambda *args, **kwargs: None
+
+    def stand_in(fn, *args, quantiles=None, **kwargs):
+        fn()
+        return [1.0] * len(quantiles) if quantiles else 1.0
+
+    triton_jit.KernelInterface.__getitem__ = no_launch
+    for name in ("do_bench", "do_bench_cudagraph"):
+        if hasattr(triton_testing, name):
+            setattr(triton_testing, name, stand_in)
+
+
 def _cpu_checks():
     """torch's and tilex's comparison helpers (torch.testing.assert_close, tilex.testing.torch_assert_close, the
     kernel profiler's assert_allclose / manual_assert_close) check nothing: stand-in outputs cannot match, and
@@ -477,6 +502,7 @@ def run_one(example, cpu):
         _cpu_kernels()
         _cpu_autotune()
         _cpu_timing()
+        _cpu_triton()
         _cpu_checks()
     elif os.environ.get(GPU_LOCK_ENV):
         _serialized_timing(os.environ[GPU_LOCK_ENV])

@@ -63,3 +63,42 @@ def test_pinned_accumulator_layout_is_kept_and_the_gemm_converts():
         out = layout_inference(f, SM90)
     lay = {b.name: decode(v) for b, v in out.attrs[LAYOUT_MAP_ATTR].items()}
     assert int(lay["C_l"].map_thread([5, 40]).value) == 11 and "C_l_as1" in lay
+
+
+def test_one_placement_written_two_ways_has_the_same_offsets():
+    from tilex.layout import Layout
+
+    two_d = T.Layout((64, 64), lambda i, j: [((j // 8 ^ i % 8) * 8 + j % 8) // 64 + i, ((j // 8 ^ i % 8) * 8 + j % 8) % 64])
+    one_d = T.Layout((64, 64), lambda i, j: i * 64 + (j // 8 ^ i % 8) * 8 + j % 8)
+    assert not two_d.is_equal(one_d) and two_d.same_offsets(one_d)
+    assert not one_d.same_offsets(T.Layout((64, 64), lambda i, j: i * 64 + j))
+    assert not one_d.same_offsets(T.Layout((64, 65), lambda i, j: i * 65 + j))  # another domain
+    assert isinstance(one_d, Layout)
+
+
+def pinned_swizzle_gemm():
+    """TileLang's spelling: the gemm operand pinned to make_swizzled_layout (a 2-d form of the wgmma swizzle)."""
+
+    @T.prim_func
+    def f(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((64, 64), "float16")
+            B_s = T.alloc_shared((64, 64), "float16")
+            C_l = T.alloc_fragment((64, 64), "float32")
+            T.annotate_layout({A_s: T.make_swizzled_layout(A_s), B_s: T.make_swizzled_layout(B_s)})
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, C_l, transpose_B=True, clear_accum=True)
+            T.copy(C_l, C)
+
+    return f
+
+
+def test_pinned_swizzle_of_a_gemm_operand_is_the_gemms_layout():
+    # the pin and the wgmma's layout place every element at the same offset: no conflict, the gemm's form is kept
+    f = pinned_swizzle_gemm()
+    lay = {b.name: decode(v) for b, v in layout_inference(f, SM90).attrs[LAYOUT_MAP_ATTR].items()}
+    assert lay["A_s"].output_shape == (4096,) and lay["B_s"].output_shape == (4096,)
+    import tilex
+
+    assert "wgmma_m64n64k16" in tilex.compile(f, target="sm_90a").get_kernel_source()

@@ -171,6 +171,28 @@ class Layout:
             return False
         return exprs_equal(self.forward_index, other.forward_index, self.vars, self.input_shape)
 
+    #: the largest domain :meth:`same_offsets` enumerates
+    MAX_ENUMERATED = 1 << 22
+
+    def same_offsets(self, other) -> bool:
+        """Whether `other` puts every element at the same row-major offset of its output (the same bytes of a
+        flattened shared-memory tile), whatever the output shapes: ``(64, 64) -> (64, 64)`` and ``(64, 64) ->
+        (4096,)`` forms of one swizzle. Checked on every input point (static shapes up to MAX_ENUMERATED points)."""
+        if not isinstance(other, Layout) or self.input_shape != other.input_shape:
+            return False
+        if self.size > self.MAX_ENUMERATED or not all(isinstance(e, int) for e in self.input_shape):
+            return False
+        grids = np.meshgrid(*[np.arange(e, dtype=np.int64) for e in self.input_shape], indexing="ij")
+
+        def offsets(lay):
+            out = [np.broadcast_to(np.asarray(o, dtype=np.int64), grids[0].shape) for o in lay.map_numpy(*grids)]
+            flat = np.zeros(grids[0].shape, dtype=np.int64)
+            for o, e in zip(out, lay.output_shape):
+                flat = flat * int(e) + o
+            return flat
+
+        return bool(np.array_equal(offsets(self), offsets(other)))
+
     def __repr__(self) -> str:
         args = ", ".join(v.name for v in self.vars)
         outs = ", ".join(str(e) for e in self.forward_index)

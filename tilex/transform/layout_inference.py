@@ -34,10 +34,12 @@ from tilex.op.parallel import ParallelOp
 from tilex.op.reducer import reducers_of
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.layout_conversion import Conflict, insert_conversions
-from tilex.layout import Fragment
+from tilex.layout import Fragment, Layout
 from tilex.transform.op_collect import collect_loose_fragments, collect_tile_ops, collect_views
 from tilex.transform.thread_regions import op_threads
 
+#: where a layout the program pinned came from (error messages name it)
+PINNED = "T.annotate_layout"
 MAX_CONVERSION_ROUNDS = 4  # a conversion's own copies can conflict in turn; more rounds than this is a bug
 
 
@@ -52,7 +54,7 @@ def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=
     its statement}), a fragment conflict raised by an operator in `stmts` is appended to `conflicts` as a
     `Conflict` instead (the fragment keeps its first layout)."""
     ctx = InferContext(layout_map=dict(pinned or {}), threads=threads, target=target, reducers=reducers)
-    origin = {b: "T.annotate_layout" for b in ctx.layout_map}
+    origin = {b: PINNED for b in ctx.layout_map}
     span_by_op = {id(op): span for op, span in zip(ops, spans or [])}
 
     def described(op):
@@ -81,6 +83,14 @@ def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=
                 origin[buf] = described(op)
                 changed.append(buf)
             elif have is not lay and not have.is_equal(lay):
+                if not is_fragment(buf) and isinstance(have, Layout) and have.same_offsets(lay):
+                    # one placement of a shared tile's bytes written two ways (a pinned make_swizzled_layout as 2-d,
+                    # the operator's as 1-d): no conflict; the operator's form replaces the pin's
+                    if origin[buf] == PINNED:
+                        ctx.layout_map[buf] = lay
+                        origin[buf] = described(op)
+                        changed.append(buf)
+                    continue
                 if conflicts is not None and is_fragment(buf) and id(op) in (stmts or {}):
                     if not any(c.op is op and c.buffer.same_as(buf) for c in conflicts):
                         conflicts.append(Conflict(op, stmts[id(op)], buf, have, lay, origin[buf], described(op)))

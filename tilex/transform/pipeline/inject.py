@@ -6,10 +6,12 @@ stage it runs in (statement i of iteration k runs in slot k + stage[i]) and its 
 Produces: tile-level IR in which each such loop is rewritten (its pipeline annotations dropped) by the schedule
 :func:`~tilex.transform.pipeline.schedule.schedule` picks for it:
 
-* a derived plan on sm_90a that :func:`~tilex.transform.hopper.ws_decision.warp_specializable` accepts: producer and
-  consumer loops for WarpSpecialize (:mod:`tilex.transform.hopper.ws_loops` for a GEMM main loop,
+* a derived plan on sm_90a that :func:`~tilex.transform.hopper.ws_decision.warp_specializable` accepts, in a kernel
+  where no other loop is accepted (the producer warpgroup runs one loop): producer and consumer loops for
+  WarpSpecialize (:mod:`tilex.transform.hopper.ws_loops` for a GEMM main loop,
   :mod:`tilex.transform.hopper.ws_groups` when the consumers compute between their MMAs, as attention does);
-* any other derived plan: the cp.async pipeline (:mod:`.cp_async`);
+* any other derived plan (every loop of a kernel with several warp-specializable ones): the cp.async pipeline
+  (:mod:`.cp_async`);
 * an explicit schedule: :mod:`.explicit`;
 * none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
 
@@ -61,6 +63,7 @@ def _inject(func, target):
     ctx = PipelineContext(allocs, info.threads if info is not None else None, target,
                           info.thread_var if info is not None else None, _top_level_loops(func.body), func.body)
     explicit_loops = []
+    specializable = []
 
     def size(node):
         # every loop's schedule first: a buffer two loops multi-buffer is allocated with the larger count
@@ -68,8 +71,12 @@ def _inject(func, target):
             sched = schedule(ctx, node)
             for b, v in (sched.buffer_versions() if sched is not None else {}).items():
                 ctx.depth[b] = max(v, ctx.depth.get(b, 0))
+            if isinstance(sched, DerivedPlan) and warp_specializable(ctx, node, sched):
+                specializable.append(node)
 
     walk(func.body, (tirx.For, size))
+    # the producer warpgroup runs one pipelined loop: a kernel with several that qualify keeps them all on cp.async
+    one_producer = len(specializable) <= 1
 
     def on_for(node, m):
         body = m.mutate(node.body)
@@ -84,7 +91,7 @@ def _inject(func, target):
         if not isinstance(sched, DerivedPlan):
             explicit_loops.append(node)
             return explicit.rewrite(ctx, node, sched)
-        if warp_specializable(ctx, node, sched):
+        if one_producer and warp_specializable(ctx, node, sched):
             if sched.leading and ctx.async_consumer(sched.consumers):
                 return ws_loops.rewrite(ctx, node, sched)  # a GEMM main loop
             return ws_groups.rewrite(ctx, node, sched)
