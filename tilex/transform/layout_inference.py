@@ -83,13 +83,14 @@ def infer_layouts(ops, threads, target=None, pinned=None, spans=None, conflicts=
                 origin[buf] = described(op)
                 changed.append(buf)
             elif have is not lay and not have.is_equal(lay):
-                if not is_fragment(buf) and isinstance(have, Layout) and have.same_offsets(lay):
-                    # one placement of a shared tile's bytes written two ways (a pinned make_swizzled_layout as 2-d,
-                    # the operator's as 1-d): no conflict; the operator's form replaces the pin's
-                    if origin[buf] == PINNED:
-                        ctx.layout_map[buf] = lay
-                        origin[buf] = described(op)
-                        changed.append(buf)
+                if origin[buf] == PINNED and not is_fragment(buf) and isinstance(have, Layout) \
+                        and have.same_offsets(lay):
+                    # the pin places the shared tile's bytes as the operator does, written another way (TileLang's
+                    # make_swizzled_layout as 2-d, the wgmma's as 1-d): no conflict; the operator's form replaces
+                    # the pin's (operators read their own form: TMA and wgmma descriptors)
+                    ctx.layout_map[buf] = lay
+                    origin[buf] = described(op)
+                    changed.append(buf)
                     continue
                 if conflicts is not None and is_fragment(buf) and id(op) in (stmts or {}):
                     if not any(c.op is op and c.buffer.same_as(buf) for c in conflicts):
