@@ -70,3 +70,30 @@ def test_values(carried):
     tilex.compile(shifted_rows(carried=carried, read_after=True))(x, o, last)
     np.testing.assert_allclose(o.cpu().numpy(), x[3:3 + STEPS].sum(0).cpu().numpy(), rtol=1e-5, atol=1e-5)
     assert int(last) == 3 + STEPS - 1
+
+
+def big_tile_rows():
+    """The shifted-rows sum over a 176 KB tile: one stage fits a block, two do not."""
+    rows, cols = 176, 256
+
+    @T.prim_func
+    def main(X: T.Tensor((rows * 12, cols), "float32"), O: T.Tensor((cols,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            off = bx * rows
+            s = T.alloc_shared((rows, cols), "float32")
+            acc = T.alloc_fragment((cols,), "float32")
+            T.clear(acc)
+            for k in T.Pipelined(8, num_stages=2):
+                j = k * rows + off
+                T.copy(X[j, 0], s)
+                for i in T.Parallel(cols):
+                    acc[i] += s[3, i]
+            T.copy(acc, O)
+
+    return main
+
+
+def test_a_pipeline_that_would_not_fit_leaves_the_loop_as_written():
+    # two stages of the tile are 352 KB: the iteration scalar is left alone and the loop runs as before (it fits)
+    src = cuda(big_tile_rows())
+    assert "cp_async" not in src

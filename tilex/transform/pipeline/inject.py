@@ -16,7 +16,9 @@ Produces: tile-level IR in which each such loop is rewritten (its pipeline annot
 * none (the loop does not fit a plan): the loop is left serial (still correct, not overlapped).
 
 Tiles allocated inside a pipelined loop's body are allocated before the loop first, and a per-iteration scalar the
-body computes at its top (``j = d + i_ts``) is read as its value (:mod:`.iteration_scalars`). The pipelined shared buffers
+body computes at its top (``j = d + i_ts``) is read as its value (:mod:`.iteration_scalars`) when the pipeline that
+this allows still leaves SCALAR_PIPELINE_ROOM of the block's shared memory free (otherwise the loops are built as
+written, as they fitted before). The pipelined shared buffers
 are allocated once with the most stages any loop wants. If one of them is also used
 outside its pipelined loop, or has a T.view, the kernel keeps its original, serial loops. A program that
 synchronizes itself (`tilex.transform.hopper.ws_decision.manual_synchronization`: T.ws, its own mbarriers,
@@ -29,7 +31,9 @@ import warnings
 
 from tvm import tirx
 
+from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.names import MANUAL_SYNC_ATTR, NUM_STAGES
+from tilex.ir.shared_memory import block_footprint, shared_usage
 from tilex.ir.visit import buffers_used, map_nodes, mutate, seq, seq_items, walk
 from tilex.transform.hopper import ws_groups, ws_loops
 from tilex.transform.hopper.ws_decision import manual_synchronization, warp_specializable
@@ -42,17 +46,39 @@ from tilex.transform.pipeline.iteration_scalars import inline_iteration_scalars
 from tilex.transform.pipeline.schedule import DerivedPlan, schedule
 
 
+#: shared memory a pipeline that iteration scalars enable must leave free for what later passes add (reduction and
+#: layout-conversion workspaces, mbarriers, alignment)
+SCALAR_PIPELINE_ROOM = 8 * 1024
+
+
 def inject_pipeline(func, target=None):
     with viewing(func.body):  # writes through a fragment's T.view are writes of the fragment
-        return _inject(func, target)
+        reason = manual_synchronization(func.body)
+        if reason is not None:  # compiled as written: its T.Pipelined loops run serially
+            body = mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
+            return func.with_body(body).with_attr(MANUAL_SYNC_ATTR, reason)
+        func = func.with_body(_hoist_loop_allocations(func.body))
+        inlined = func.with_body(inline_iteration_scalars(func.body))
+        if inlined.body.same_as(func.body):
+            return _inject(func, target)
+        # the loops that reading iteration scalars as their values lets pipeline multi-buffer more tiles: kept only
+        # when the block still fits with room to spare (else the loops run as before, which the program fitted)
+        out = _inject(inlined, target)
+        if _fits_with_room(out, target) or not _fits_with_room(plain := _inject(func, target), target):
+            return out
+        return plain
+
+
+def _fits_with_room(func, target):
+    usage, unknown = shared_usage(func.body)
+    if unknown or target is None:
+        return not unknown
+    limit = block_shared_memory_limit(compute_capability(target)[0])
+    return block_footprint(usage["static"], usage["dynamic"]) + SCALAR_PIPELINE_ROOM <= limit
 
 
 def _inject(func, target):
-    reason = manual_synchronization(func.body)
-    if reason is not None:  # compiled as written: its T.Pipelined loops run serially
-        body = mutate(func.body, (tirx.For, lambda n, m: _strip_all(n, m)))
-        return func.with_body(body).with_attr(MANUAL_SYNC_ATTR, reason)
-    func = func.with_body(inline_iteration_scalars(_hoist_loop_allocations(func.body)))
+    """The loops of `func` (allocations hoisted; not synchronizing itself) pipelined."""
     info = kernel_info(func)
     allocs = {}
 
