@@ -639,7 +639,7 @@ def main(argv=None):
                 report(futures[fut], fut.result())
         again = [e for e in examples if args.jobs > 1 and _crowded_out(results[e["name"]])]
         if again:
-            print(f"# {len(again)} examples that ran out of GPU memory or time beside others, again one at a time",
+            print(f"# {len(again)} examples that ran out of memory or time beside others, again one at a time",
                   flush=True)
         for e in again:
             r = _spawn(e, cpu, args.timeout, max(4, os.cpu_count() or 2))
