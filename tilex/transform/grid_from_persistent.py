@@ -139,9 +139,10 @@ def _global_read_and_written(stmt) -> bool:
         if not is_op_call(c, REGION_OP):
             return None
         region, access = Region.from_call(c), int(c.args[1].value)
-        if is_global(region.buffer):
-            (read if access & READ else []).append(region.buffer)
-            (written if access & WRITE else []).append(region.buffer)
+        if is_global(region.buffer) and access & READ:
+            read.append(region.buffer)
+        if is_global(region.buffer) and access & WRITE:
+            written.append(region.buffer)
         for index in [*c.args[0].indices, *c.args[2:]]:  # a tile's corner may read a buffer (plainly)
             walk(index, (BufferLoadNode, lambda n: read.append(n.source) if is_global(n.source) else None))
         return WalkResult.SKIP  # its own load names the tile, it reads nothing by itself
