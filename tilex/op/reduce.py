@@ -24,7 +24,7 @@ import tvm
 from tvm import tirx
 
 from tilex.ir import intrin
-from tilex.ir.visit import storage_sync
+from tilex.ir.visit import row_major_offset, storage_sync
 from tilex.layout import Fragment
 from tilex.layout.project import project
 from tilex.op.base import InferLevel, TileOp, TileOpError, is_fragment, is_shared
@@ -364,10 +364,7 @@ class ReduceOp(TileOp):
         dst_loc = ctx.remap[db]
 
         def owner(dix, _g, l_flat):
-            flat = zero
-            for i, e in zip(dix, self.d_shape):
-                flat = flat * int(e) + i
-            got = tirx.BufferLoad(ws, [flat])
+            got = tirx.BufferLoad(ws, [row_major_offset(dix, [int(e) for e in self.d_shape])])
             value = got if self.clear else combine(self.kind, tirx.BufferLoad(dst_loc, [l_flat]), got)
             return tirx.BufferStore(dst_loc, value, [l_flat])
 

@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import tvm
 from tvm import tirx
-from tvm_ffi.structural import WalkResult
 
 from tilex.ir.names import ANNOTATE_OP, PERSISTENT_TILES, REGION_OP, USE_SWIZZLE_OP
 from tilex.ir.visit import BufferLoadNode, free_vars, is_op_call, map_nodes, seq_items, walk
 from tilex.op.base import is_global
 from tilex.op.region import READ, WRITE, Region
 from tilex.transform.hopper.ws_decision import manual_synchronization
+from tilex.transform.pipeline.analysis import accesses
 
 #: the block indices the tile domain's dimensions become, in order
 BLOCK_TAGS = ("blockIdx.x", "blockIdx.y", "blockIdx.z")
@@ -133,24 +133,8 @@ def _uses_atomics(stmt) -> bool:
 
 def _global_read_and_written(stmt) -> bool:
     """Whether some global buffer is both read and written in `stmt` (by tile operators or plain accesses)."""
-    read, written = [], []
-
-    def on_call(c):
-        if not is_op_call(c, REGION_OP):
-            return None
-        region, access = Region.from_call(c), int(c.args[1].value)
-        if is_global(region.buffer) and access & READ:
-            read.append(region.buffer)
-        if is_global(region.buffer) and access & WRITE:
-            written.append(region.buffer)
-        for index in [*c.args[0].indices, *c.args[2:]]:  # a tile's corner may read a buffer (plainly)
-            walk(index, (BufferLoadNode, lambda n: read.append(n.source) if is_global(n.source) else None))
-        return WalkResult.SKIP  # its own load names the tile, it reads nothing by itself
-
-    walk(stmt, [(tvm.ir.Call, on_call),
-                (tirx.BufferStore, lambda s: written.append(s.buffer) if is_global(s.buffer) else None),
-                (BufferLoadNode, lambda n: read.append(n.source) if is_global(n.source) else None)], order="pre")
-    return any(b.same_as(w) for b in read for w in written)
+    read, written = accesses(stmt)
+    return any(is_global(b) and b in written for b in read)
 
 
 def _each_written_whole_first(tile, buffers) -> bool:

@@ -22,11 +22,11 @@ from tvm import tirx
 from tilex import config
 from tilex.ir import intrin
 from tilex.ir.hardware import MBARRIER_TX, SETMAXNREG, TMA_LOAD, WGMMA, supports
-from tilex.ir.names import BARRIER_INIT_OP, REGION_OP, THREAD_RANGE, WS_PRODUCER
+from tilex.ir.names import BARRIER_INIT_OP, THREAD_RANGE, WS_PRODUCER
 from tilex.ir.visit import BufferLoadNode, is_op_call, map_nodes, seq_items, walk
-from tilex.op.region import WRITE
 from tilex.op.explicit_async import ASYNC_COPY_OP, TMA_COPY_OP, WGMMA_GEMM_OP
 from tilex.op.tma_load import tma_eligible
+from tilex.transform.pipeline.analysis import write_counts
 
 LOCAL_SCOPES = ("local", "local.fragment")
 
@@ -111,16 +111,7 @@ def kernel_scalars(kernel_body, items):
     """{one-element local buffer: its value} for the scalars bound once among `items` (the kernel's top-level
     statements, in order; ``bx = b1`` becomes such a store): a value written by no other statement of
     `kernel_body`, with earlier scalars substituted into later ones."""
-    stores = {}
-
-    def count(buf):
-        stores[buf] = stores.get(buf, 0) + 1
-
-    def on_call(c):
-        if is_op_call(c, REGION_OP) and int(c.args[1].value) & WRITE:
-            count(c.args[0].source)  # a tile operator writing it
-
-    walk(kernel_body, [(tirx.BufferStore, lambda n: count(n.buffer)), (tvm.ir.Call, on_call)])
+    stores = write_counts(kernel_body)
     scalars = {}
     for s in items:
         if (isinstance(s, tirx.BufferStore) and s.buffer.scope() == "local" and stores[s.buffer] == 1

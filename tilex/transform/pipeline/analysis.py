@@ -81,7 +81,7 @@ def accesses(stmt):
                 reads.add(load.source)
             if mask & WRITE:
                 writes.add(load.source)
-            for i in load.indices:
+            for i in [*load.indices, *c.args[2:]]:  # the tile's corner and extents may read buffers
                 walk(i, (BufferLoadNode, lambda n: reads.add(n.source)))
             return tvm_ffi.WalkResult.SKIP
         return None
@@ -91,6 +91,21 @@ def accesses(stmt):
     if _VIEW_BASES.get():
         return {_viewed(b) for b in reads}, {_viewed(b) for b in writes}
     return reads, writes
+
+
+def write_counts(body) -> dict:
+    """{buffer: how many statements of `body` write it} (plain stores and tile-operator regions written)."""
+    counts = {}
+
+    def count(buf):
+        counts[buf] = counts.get(buf, 0) + 1
+
+    def on_call(c):
+        if is_op_call(c, REGION_OP) and int(c.args[1].value) & WRITE:
+            count(c.args[0].source)
+
+    walk(body, [(tirx.BufferStore, lambda n: count(n.buffer)), (tvm.ir.Call, on_call)])
+    return counts
 
 
 def describe(stmt):

@@ -31,11 +31,11 @@ import warnings
 
 from tvm import tirx
 
-from tilex.ir.hardware import block_shared_memory_limit, compute_capability
 from tilex.ir.names import MANUAL_SYNC_ATTR, NUM_STAGES
-from tilex.ir.shared_memory import block_footprint, shared_usage
+from tilex.ir.shared_memory import shared_usage
 from tilex.ir.visit import buffers_used, map_nodes, mutate, seq, seq_items, walk
 from tilex.transform.hopper import ws_groups, ws_loops
+from tilex.transform.hopper.occupancy import fits_block
 from tilex.transform.hopper.ws_decision import manual_synchronization, warp_specializable
 from tilex.transform.kernel_scope import kernel_info
 from tilex.transform.op_collect import collect_views
@@ -73,8 +73,7 @@ def _fits_with_room(func, target):
     usage, unknown = shared_usage(func.body)
     if unknown or target is None:
         return not unknown
-    limit = block_shared_memory_limit(compute_capability(target)[0])
-    return block_footprint(usage["static"], usage["dynamic"]) + SCALAR_PIPELINE_ROOM <= limit
+    return fits_block(usage["static"], usage["dynamic"] + SCALAR_PIPELINE_ROOM, target)
 
 
 def _inject(func, target):

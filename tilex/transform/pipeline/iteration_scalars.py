@@ -19,29 +19,15 @@ import tvm
 from tvm import tirx
 
 from tilex.ir.names import NUM_STAGES, REGION_OP
-from tilex.ir.visit import BufferLoadNode, buffers_written, is_op_call, map_nodes, seq, seq_items, walk
-from tilex.op.region import WRITE
+from tilex.ir.visit import BufferLoadNode, buffers_written, count_accesses, is_op_call, map_nodes, seq, seq_items, walk
+from tilex.transform.pipeline.analysis import accesses, write_counts
 
 
 def inline_iteration_scalars(body):
     """`body` (a kernel's statements) with the iteration scalars of its pipelined loops inlined (module docstring)."""
-    writes = _write_counts(body)
+    writes = write_counts(body)
     return map_nodes(body, (tirx.For, lambda loop: _inline(loop, body, writes)
                             if NUM_STAGES in loop.annotations else loop))
-
-
-def _write_counts(body):
-    counts = {}
-
-    def count(buf):
-        counts[buf] = counts.get(buf, 0) + 1
-
-    def on_call(c):
-        if is_op_call(c, REGION_OP) and int(c.args[1].value) & WRITE:
-            count(c.args[0].source)
-
-    walk(body, [(tirx.BufferStore, lambda s: count(s.buffer)), (tvm.ir.Call, on_call)])
-    return counts
 
 
 def _is_scalar_store(stmt, writes):
@@ -56,18 +42,10 @@ def _const(x):
     return int(x.value) if hasattr(x, "value") and isinstance(x.value, int) else None
 
 
-def _reads(node, buf):
-    found = []
-    walk(node, (BufferLoadNode, lambda n: found.append(n) if n.source.same_as(buf) else None))
-    return bool(found)
-
-
 def _inline(loop, kernel, writes):
     stmts = seq_items(loop.body)
-    written_in_loop = buffers_written(loop.body)
-    # tile operators write through regions: those count as the loop's writes too
-    walk(loop.body, (tvm.ir.Call, lambda c: written_in_loop.add(c.args[0].source)
-                     if is_op_call(c, REGION_OP) and int(c.args[1].value) & WRITE else None))
+    # stores, tile operators' written regions, and buffers whose address a call takes (an atomic)
+    written_in_loop = accesses(loop.body)[1] | buffers_written(loop.body)
     out = list(stmts)
     changed = False
     for i, st in enumerate(stmts):
@@ -77,7 +55,7 @@ def _inline(loop, kernel, writes):
         loads, calls = [], []
         walk(value, [(BufferLoadNode, lambda n: loads.append(n.source)), (tvm.ir.Call, calls.append)])
         if calls or any(b.same_as(w) for b in loads for w in written_in_loop) \
-                or any(_reads(s, buf) for s in out[:i] if s is not None) \
+                or any(count_accesses(s, buf) for s in out[:i] if s is not None) \
                 or any(_as_region(s, buf) for s in out[i + 1:] if s is not None):
             continue  # a call's value, a value the loop changes, the previous iteration's value, a tile operand
         replace = _replacer(buf, value)
@@ -85,8 +63,9 @@ def _inline(loop, kernel, writes):
             if out[k] is not None:
                 out[k] = map_nodes(out[k], (BufferLoadNode, replace))
         rest = [s for k, s in enumerate(out) if k != i and s is not None]
-        elsewhere = _count_reads(kernel, buf) > _count_reads(loop, buf)
-        out[i] = st if elsewhere or any(_reads(s, buf) for s in rest) else None
+        # buf is written once (statement i): every other access of it is a read
+        elsewhere = count_accesses(kernel, buf) > count_accesses(loop, buf)
+        out[i] = st if elsewhere or any(count_accesses(s, buf) for s in rest) else None
         changed = True
     if not changed:
         return loop
@@ -99,12 +78,6 @@ def _replacer(buf, value):
     def replace(load):  # one parameter: tvm_ffi passes callbacks as many arguments as they declare
         return value if load.source.same_as(buf) else load
     return replace
-
-
-def _count_reads(node, buf):
-    found = []
-    walk(node, (BufferLoadNode, lambda n: found.append(n) if n.source.same_as(buf) else None))
-    return len(found)
 
 
 def _as_region(stmt, buf):
