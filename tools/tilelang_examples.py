@@ -20,9 +20,9 @@ What "an example" is and how it runs:
 On a GPU machine (``--gpu``, the default when torch sees a GPU) the example runs for real: OK when it returns,
 FAIL when its check raises AssertionError (a wrong answer), ERROR otherwise. On a machine without a GPU
 (``--cpu``) torch's CUDA tensors are made on the CPU, torch.cuda's streams and devices do nothing, tilex's and
-Triton's timers call their function once and answer 1 ms, Triton kernels (a reference's) launch nothing, torch's and tilex's comparison helpers check nothing, and every tilex
-kernel call returns stand-in outputs (floating-point ones, integer zeros) without launching, so the example goes on
-and compiles every kernel it builds; the line says COMPILED when it ran to its end or to its check (whose
+Triton's timers call their function once and answer 1 ms, Triton kernels (a reference's) launch nothing, torch's
+and tilex's comparison helpers check nothing, and every tilex kernel call returns stand-in outputs (floating-point
+ones, integer zeros) without launching, so the example goes on and compiles every kernel it builds; the line says COMPILED when it ran to its end or to its check (whose
 AssertionError on stand-ins is expected), ERROR when anything before that failed.
 REFUSED marks an example stopped by something tilex says it does not do (NotImplementedError) and MISSING one
 that needs a Python package the machine lacks. The last lines are the counts.
@@ -333,22 +333,34 @@ def _cpu_kernels():
     kernel_mod.JITKernel.__call__ = call
 
 
-def _cpu_timing():
-    """tilex's timers (``do_bench`` and the kernel profiler's) call the function once and answer a 1 ms stand-in:
-    without a GPU nothing can be timed, and timing an example's torch reference on the CPU again and again only
-    costs minutes."""
+#: Triton's timers (``triton.testing``)
+TRITON_TIMERS = ("do_bench", "do_bench_cudagraph")
+
+
+def _tilex_timer_modules():
+    """The modules whose ``do_bench`` tilex's timers call, the timing core first: tilex.jit.bench (which
+    ``tilelang.profiler.do_bench`` calls), the kernel profiler, the autotuner's bench and the autotuner."""
     from tilex import autotuner
     from tilex.autotuner import bench as abench
     from tilex.jit import bench as jbench
     from tilex.jit import profiler as jprofiler
 
-    def stand_in(fn, *args, quantiles=None, **kwargs):
-        fn()
-        return [1.0] * len(quantiles) if quantiles else 1.0
+    return jbench, jprofiler, abench, autotuner
 
-    for module in (jbench, jprofiler, abench, autotuner):
+
+def _one_call(fn, *args, quantiles=None, **kwargs):
+    """A timer without a GPU: calls `fn` once and answers 1 ms (one per quantile asked)."""
+    fn()
+    return [1.0] * len(quantiles) if quantiles else 1.0
+
+
+def _cpu_timing():
+    """tilex's timers (``do_bench`` and the kernel profiler's) call the function once and answer a 1 ms stand-in:
+    without a GPU nothing can be timed, and timing an example's torch reference on the CPU again and again only
+    costs minutes."""
+    for module in _tilex_timer_modules():
         if hasattr(module, "do_bench"):
-            module.do_bench = stand_in
+            module.do_bench = _one_call
 
 
 #: the environment variable naming the lock file that makes examples run side by side time one at a time
@@ -365,11 +377,7 @@ def _serialized_timing(lock_path):
     import functools
     import threading
 
-    from tilex import autotuner
-    from tilex.autotuner import bench as abench
-    from tilex.jit import bench as jbench
-    from tilex.jit import profiler as jprofiler
-
+    modules = _tilex_timer_modules()
     fd = os.open(lock_path, os.O_RDWR)
     state = threading.local()
     guard = threading.Lock()  # one thread of this process at a time takes the file lock
@@ -391,16 +399,16 @@ def _serialized_timing(lock_path):
                     guard.release()
         return timed
 
-    core = jbench.do_bench
+    core = modules[0].do_bench
     timed_core = locked(core)
-    for module in (jbench, jprofiler, abench, autotuner):
+    for module in modules:
         if getattr(module, "do_bench", None) is core:
             module.do_bench = timed_core
     try:
         import triton.testing as triton_testing
     except ImportError:
         return
-    for name in ("do_bench", "do_bench_cudagraph"):
+    for name in TRITON_TIMERS:
         if hasattr(triton_testing, name):
             setattr(triton_testing, name, locked(getattr(triton_testing, name)))
 
@@ -418,14 +426,10 @@ def _cpu_triton():
     def no_launch(self, grid):
         return lambda *args, **kwargs: None
 
-    def stand_in(fn, *args, quantiles=None, **kwargs):
-        fn()
-        return [1.0] * len(quantiles) if quantiles else 1.0
-
     triton_jit.KernelInterface.__getitem__ = no_launch
-    for name in ("do_bench", "do_bench_cudagraph"):
+    for name in TRITON_TIMERS:
         if hasattr(triton_testing, name):
-            setattr(triton_testing, name, stand_in)
+            setattr(triton_testing, name, _one_call)
 
 
 def _cpu_checks():
